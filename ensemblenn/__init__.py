@@ -1,0 +1,55 @@
+"""ensemblenn: run large ensembles sharded across devices, with nothing captured by closure.
+
+Example:
+    >>> import jax, jax.numpy as jnp, ensemblenn as enn
+    >>> step = enn.ensemble_map(lambda x: x - enn.chain_mean(x), in_roles=enn.PER_CHAIN)
+    >>> step(jnp.arange(4.0)).tolist()
+    [-1.5, -0.5, 0.5, 1.5]
+"""
+
+from ._closures import shard_map_captures
+from ._collectives import chain_all_gather, chain_index, chain_mean, chain_sum, num_chains
+from ._ensemble_map import EnsembleMapped, ensemble_map
+from ._errors import (
+    ChainCountError,
+    ClosureError,
+    CollectiveError,
+    EnsembleError,
+    MeshError,
+    OutputRoleError,
+    RoleError,
+)
+from ._mesh import default_mesh
+from ._partition import combine, partition
+from ._random import chain_keys
+from ._roles import BROADCAST, PER_CHAIN, Role, broadcast, per_chain, role_of
+
+__all__ = [
+    "BROADCAST",
+    "PER_CHAIN",
+    "ChainCountError",
+    "ClosureError",
+    "CollectiveError",
+    "EnsembleError",
+    "EnsembleMapped",
+    "MeshError",
+    "OutputRoleError",
+    "Role",
+    "RoleError",
+    "broadcast",
+    "chain_all_gather",
+    "chain_index",
+    "chain_keys",
+    "chain_mean",
+    "chain_sum",
+    "combine",
+    "default_mesh",
+    "ensemble_map",
+    "num_chains",
+    "partition",
+    "per_chain",
+    "role_of",
+    "shard_map_captures",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,129 @@
+"""Cross-chain operations for functions run by `ensemble_map`.
+
+They reduce over the whole ensemble: the chains of one device (the vmap axis) and the
+devices (the mesh axis). Sums use one fixed association order, a balanced binary tree over
+the global chain index (padded with zeros to a power of two), so results are bitwise
+identical on any device count: each device reduces its block of chains, the partial sums
+are gathered and the tree is finished. When a device's block is not a power of two in
+size, every chain's value is gathered instead, so the tree is still the same one.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Int, PyTree
+
+from ._context import EnsembleFrame, current_frame
+from ._errors import CollectiveError
+
+
+def _frame(name: str) -> EnsembleFrame:
+    frame = current_frame()
+    if frame is None:
+        raise CollectiveError(
+            f"enn.{name}() was called outside a function run by ensemble_map, so there is "
+            "no ensemble to reduce over.\n  fix: call it inside the per-chain function, e.g. "
+            f"enn.ensemble_map(lambda x: x - enn.chain_mean(x), ...)."
+        )
+    return frame
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def tree_sum(x: Array) -> Array:
+    """Sum over axis 0 in a balanced binary tree: pairs (0,1), (2,3), ... then pairs of
+    pairs. Pads with zeros to a power of two. The order depends only on the length."""
+    n = x.shape[0]
+    size = 1 << max(n - 1, 0).bit_length()
+    if size != n:
+        x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
+    while x.shape[0] > 1:
+        x = x[0::2] + x[1::2]
+    return x[0]
+
+
+def _sum_leaf(x: Any, frame: EnsembleFrame) -> Array:
+    x = jnp.asarray(x)
+    local = lax.all_gather(x, frame.local_axis)  # (num_local, ...), same for local chains
+    if _is_pow2(frame.num_local):
+        partial = tree_sum(local)
+        return tree_sum(lax.all_gather(partial, frame.mesh_axis))
+    every = lax.all_gather(local, frame.mesh_axis, tiled=True)
+    return tree_sum(every)
+
+
+def chain_sum(tree: PyTree) -> PyTree:
+    """Sum of each leaf over every chain in the ensemble.
+
+    Bitwise identical whatever the number of devices (see the module docstring).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: enn.chain_sum(x), in_roles=enn.PER_CHAIN)
+        >>> float(f(jnp.arange(8.0)))
+        28.0
+    """
+    frame = _frame("chain_sum")
+    return jax.tree.map(lambda x: _sum_leaf(x, frame), tree)
+
+
+def chain_mean(tree: PyTree) -> PyTree:
+    """Mean of each leaf over every chain (the same value in every chain).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: x - enn.chain_mean(x), in_roles=enn.PER_CHAIN)
+        >>> f(jnp.arange(4.0)).tolist()
+        [-1.5, -0.5, 0.5, 1.5]
+    """
+    frame = _frame("chain_mean")
+    return jax.tree.map(lambda x: _sum_leaf(x, frame) / frame.num_chains, tree)
+
+
+def chain_all_gather(tree: PyTree) -> PyTree:
+    """Every chain's value of each leaf, stacked in global chain order: `(num_chains, ...)`.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: enn.chain_all_gather(x)[::-1].sum() * 0 + x,
+        ...                      in_roles=enn.PER_CHAIN)
+        >>> f(jnp.arange(4.0)).tolist()
+        [0.0, 1.0, 2.0, 3.0]
+    """
+    frame = _frame("chain_all_gather")
+
+    def gather(x: Any) -> Array:
+        local = lax.all_gather(jnp.asarray(x), frame.local_axis)
+        return lax.all_gather(local, frame.mesh_axis, tiled=True)
+
+    return jax.tree.map(gather, tree)
+
+
+def chain_index() -> Int[Array, ""]:
+    """This chain's global index in `[0, num_chains)`, the same on any device count.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: x * 0 + enn.chain_index(), in_roles=enn.PER_CHAIN)
+        >>> f(jnp.zeros(4, jnp.int32)).tolist()
+        [0, 1, 2, 3]
+    """
+    frame = _frame("chain_index")
+    device = lax.axis_index(frame.mesh_axis)
+    return device * frame.num_local + lax.axis_index(frame.local_axis)
+
+
+def num_chains() -> int:
+    """The number of chains in the ensemble (a Python int).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: x + enn.num_chains(), in_roles=enn.PER_CHAIN)
+        >>> f(jnp.zeros(4)).tolist()
+        [4.0, 4.0, 4.0, 4.0]
+    """
+    return _frame("num_chains").num_chains

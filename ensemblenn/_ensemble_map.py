@@ -1,0 +1,407 @@
+"""`ensemble_map`: run a function written for one chain across a sharded ensemble."""
+
+import contextvars
+import functools
+import itertools
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from ._closures import (
+    describe_capture,
+    is_explicit_sharded,
+    jaxpr_constants,
+    substitute,
+)
+from ._context import EnsembleFrame, current_frame, entered
+from ._errors import ChainCountError, ClosureError, EnsembleError, OutputRoleError
+from ._jax_private import is_batched_over
+from ._mesh import axis_size, place, resolve_mesh
+from ._partition import LeafInfo, count_chains, describe, resolve_roles, spec_for
+from ._roles import BROADCAST, PER_CHAIN, Role
+
+_LOCAL_AXIS_IDS = itertools.count()
+
+
+class _Static:
+    """Hashable wrapper for the static (non-array) parts of the inputs."""
+
+    def __init__(self, tree: Any):
+        self.leaves, self.treedef = jax.tree.flatten(tree)
+        self._hash = hash((self.treedef, tuple(_hashable(x) for x in self.leaves)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            isinstance(other, _Static)
+            and self.treedef == other.treedef
+            and len(self.leaves) == len(other.leaves)
+            and all(_same(a, b) for a, b in zip(self.leaves, other.leaves))
+        )
+
+    def tree(self) -> Any:
+        return jax.tree.unflatten(self.treedef, self.leaves)
+
+
+def _hashable(x: Any) -> Any:
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return id(x)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - objects with odd __eq__ are compared by identity
+        return False
+
+
+class _ArraySlot:
+    """Marks where an array leaf goes in a static tree."""
+
+    def __repr__(self) -> str:
+        return "<array>"
+
+
+_ARRAY = _ArraySlot()
+
+
+class _OutInfo(NamedTuple):
+    treedef: Any
+    static_leaves: "_Static"  # output leaves, `_ARRAY` where arrays go
+    per_chain: tuple[bool, ...]  # for each array output leaf
+    lift_per_chain: tuple[bool, ...]  # declared per-chain but computed once: broadcast it
+
+
+class _Plan(NamedTuple):
+    """Everything static about one call; the jit cache key."""
+
+    static: _Static
+    in_per_chain: tuple[bool, ...]
+    mesh: Any
+    mesh_axis: str
+    local_axis: str
+    num_chains: int
+    out: _OutInfo
+
+
+def _split_by_role(leaves: list, per_chain: tuple[bool, ...]) -> tuple[list, list]:
+    return ([x for x, pc in zip(leaves, per_chain) if pc],
+            [x for x, pc in zip(leaves, per_chain) if not pc])
+
+
+def _merge_by_role(pcs: list, bcs: list, per_chain: tuple[bool, ...]) -> list:
+    pcs_it, bcs_it = iter(pcs), iter(bcs)
+    return [next(pcs_it) if pc else next(bcs_it) for pc in per_chain]
+
+
+class _Trace:
+    """Calls the user function for one chain and sorts its outputs by role."""
+
+    def __init__(self, static_tree: Any, out_roles: Any, local_axis: str):
+        self.static_tree = static_tree
+        self.out_roles = out_roles
+        self.local_axis = local_axis
+        self.info: _OutInfo | None = None
+        self.unbatched: list = []
+
+    def call(self, array_leaves: list, table: dict[int, Any] | None) -> list:
+        treedef_leaves, treedef = jax.tree.flatten(self.static_tree)
+        it = iter(array_leaves)
+        full = [next(it) if x is _ARRAY else x for x in treedef_leaves]
+        fn, args, kwargs = jax.tree.unflatten(treedef, full)
+        if table:
+            fn, args, kwargs = substitute((fn, args, kwargs), table)
+        out = fn(*args, **kwargs)
+        return self._sort(out)
+
+    def _sort(self, out: Any) -> list:
+        leaves, treedef = jax.tree.flatten(out)
+        declared = _declared_output_roles(out, self.out_roles)
+        per_chain, lift, batched_out, statics = [], [], [], []
+        self.unbatched = []
+        d_iter = iter(declared)
+        for leaf in leaves:
+            if not eqx.is_array(leaf):
+                statics.append(leaf)
+                continue
+            statics.append(_ARRAY)
+            info = next(d_iter)
+            batched = is_batched_over(leaf, self.local_axis)
+            if info.role is BROADCAST and batched:
+                raise OutputRoleError(
+                    f"The output {info.path} ({describe(leaf)}) is declared {BROADCAST} but "
+                    "its value differs from chain to chain (it depends on a per-chain input). "
+                    "Returning one device's copy would be silently wrong.\n  fix: declare it "
+                    "enn.PER_CHAIN, or reduce it across chains first, e.g. "
+                    "enn.chain_mean(value)."
+                )
+            is_pc = batched or info.role is PER_CHAIN
+            per_chain.append(is_pc)
+            lift.append(is_pc and not batched)
+            if batched:
+                batched_out.append(leaf)
+            else:
+                self.unbatched.append(leaf)
+        self.info = _OutInfo(treedef, _Static(tuple(statics)), tuple(per_chain), tuple(lift))
+        return batched_out
+
+
+def _declared_output_roles(out: Any, out_roles: Any) -> list[LeafInfo]:
+    try:
+        return resolve_roles(out, in_roles=out_roles, root="output", default=None)
+    except EnsembleError as err:
+        raise type(err)(str(err).replace("in_roles", "out_roles")) from None
+
+
+def _run_body(plan: _Plan, trace: _Trace, in_leaves: list, lifted: list,
+              lifted_ids: list[int]) -> tuple[list, list]:
+    """One device's work: vmap the per-chain function over the local chains."""
+    frame = EnsembleFrame(
+        local_axis=plan.local_axis,
+        mesh_axis=plan.mesh_axis,
+        num_chains=plan.num_chains,
+        num_local=plan.num_chains // axis_size(plan.mesh, plan.mesh_axis),
+        num_devices=axis_size(plan.mesh, plan.mesh_axis),
+    )
+    pcs, bcs = _split_by_role(in_leaves, plan.in_per_chain)
+
+    def per_chain(pc_leaves: list, bc_leaves: list, lifted_vals: list) -> list:
+        table = dict(zip(lifted_ids, lifted_vals))
+        return trace.call(_merge_by_role(pc_leaves, bc_leaves, plan.in_per_chain), table)
+
+    with entered(frame):
+        batched = jax.vmap(per_chain, in_axes=(0, None, None), axis_name=plan.local_axis)(
+            pcs, bcs, lifted
+        )
+    info = trace.info
+    unbatched = list(trace.unbatched)
+    pc_out, bc_out = [], []
+    b_it, u_it = iter(batched), iter(unbatched)
+    for is_pc, lift in zip(info.per_chain, info.lift_per_chain):
+        if not is_pc:
+            bc_out.append(next(u_it))
+        elif lift:
+            value = next(u_it)
+            pc_out.append(jnp.broadcast_to(value, (frame.num_local,) + jnp.shape(value)))
+        else:
+            pc_out.append(next(b_it))
+    return pc_out, bc_out
+
+
+# What a trace needs about the current call but must not key the jit cache on: the ids of
+# the captured arrays (new objects each call) and out_roles (may hold unhashable modules).
+_CALL: contextvars.ContextVar[tuple[Any, tuple[int, ...]]] = contextvars.ContextVar("_CALL")
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
+    in_specs = (
+        [P(plan.mesh_axis) if pc else P() for pc in plan.in_per_chain],
+        [P() for _ in lifted],
+    )
+    out_specs = (
+        [P(plan.mesh_axis) for pc in plan.out.per_chain if pc],
+        [P() for pc in plan.out.per_chain if not pc],
+    )
+    out_roles, lifted_ids = _CALL.get()
+
+    def body(leaves: list, lifted_vals: list) -> tuple[list, list]:
+        trace = _Trace(plan.static.tree(), out_roles, plan.local_axis)
+        return _run_body(plan, trace, leaves, lifted_vals, list(lifted_ids))
+
+    mapped = jax.shard_map(
+        body, mesh=plan.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False,
+        axis_names=frozenset({plan.mesh_axis}),
+    )
+    return mapped(in_leaves, lifted)
+
+
+class EnsembleMapped:
+    """A per-chain function lifted to the whole ensemble by `ensemble_map`."""
+
+    def __init__(self, fn: Callable, *, mesh: Any, axis: str, in_roles: Any, out_roles: Any,
+                 closures: str, strict: bool):
+        if closures not in ("lift", "error"):
+            raise EnsembleError(f"closures must be 'lift' or 'error', got {closures!r}.")
+        if not callable(fn):
+            raise EnsembleError(f"ensemble_map needs a callable, got {type(fn).__name__}.")
+        self.fn = fn
+        self.mesh = mesh
+        self.axis = axis
+        self.in_roles = in_roles
+        self.out_roles = out_roles
+        self.closures = closures
+        self.strict = strict
+        self.local_axis = f"_enn_local_{next(_LOCAL_AXIS_IDS)}"
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        frame = current_frame()
+        if frame is not None and frame.mesh_axis == self.axis:
+            # Already inside an ensemble of this axis: fn is per-chain code, call it as is.
+            return self.fn(*args, **kwargs)
+        mesh = resolve_mesh(self.mesh, self.axis)
+        infos = (
+            resolve_roles(self.fn, root="fn", strict=False)
+            + resolve_roles(args, in_roles=self._args_roles(len(args)), root="args",
+                            strict=self.strict)
+            + resolve_roles(kwargs, root="kwargs", strict=self.strict)
+        )
+        n = count_chains(infos)
+        devices = axis_size(mesh, self.axis)
+        self._check_chain_count(n, devices, infos)
+        num_local = n // devices
+        in_per_chain = tuple(i.role is PER_CHAIN for i in infos)
+        leaves = [place(i.value, mesh, spec_for(i.role, self.axis)) for i in infos]
+        static_tree = eqx.filter((self.fn, args, kwargs), eqx.is_array, inverse=True,
+                                 replace=_ARRAY)
+        static = _Static(static_tree)
+
+        # Discovery trace: the output structure and roles, and the captured arrays.
+        trace = _Trace(static_tree, self.out_roles, self.local_axis)
+        frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices)
+        pcs, bcs = _split_by_role(leaves, in_per_chain)
+        local_pcs = [jax.ShapeDtypeStruct((num_local,) + x.shape[1:], x.dtype) for x in pcs]
+        local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
+
+        def discover(pc_leaves: list, bc_leaves: list) -> list:
+            def one(pc: list, bc: list) -> list:
+                return trace.call(_merge_by_role(pc, bc, in_per_chain), None)
+
+            with entered(frame):
+                return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
+                    pc_leaves, bc_leaves
+                )
+
+        closed = jax.make_jaxpr(discover, axis_env=[(self.axis, devices)])(local_pcs, local_bcs)
+        captured = jaxpr_constants(closed)
+        if captured and self.closures == "error":
+            raise ClosureError(_closure_message(self.fn, captured))
+        lifted = [place(c, mesh, P()) for c in captured]
+
+        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, trace.info)
+        token = _CALL.set((self.out_roles, tuple(id(c) for c in captured)))
+        try:
+            pc_out, bc_out = _execute(plan, leaves, lifted)
+        except NotImplementedError as err:
+            if "Closing over" not in str(err):
+                raise
+            raise ClosureError(
+                "A captured array could not be turned into an operand (it is held by an "
+                "object ensemblenn cannot rebuild, such as a plain class instance, a "
+                "custom_jvp function or an eqx.filter_jit wrapper), and it is sharded on an "
+                f"Explicit mesh.\n  JAX said: {str(err).splitlines()[0]}\n  fix: pass the "
+                "array as an argument (or a module field with a role) instead of capturing it."
+            ) from None
+        finally:
+            _CALL.reset(token)
+        info = trace.info
+        out_leaves = _merge_by_role(pc_out, bc_out, info.per_chain)
+        it = iter(out_leaves)
+        full = [next(it) if s is _ARRAY else s for s in info.static_leaves.tree()]
+        return jax.tree.unflatten(info.treedef, full)
+
+    def _args_roles(self, nargs: int) -> Any:
+        roles = self.in_roles
+        if isinstance(roles, Role) or roles is None:
+            return roles
+        if isinstance(roles, list):
+            roles = tuple(roles)
+        return roles
+
+    def _check_chain_count(self, n: int | None, devices: int, infos: list[LeafInfo]) -> None:
+        if n is None:
+            raise ChainCountError(
+                "ensemble_map found no per-chain input, so it cannot tell how many chains "
+                "there are.\n  fix: give at least one argument the role enn.PER_CHAIN "
+                "(e.g. per-chain keys from enn.chain_keys(key, num_chains)) with "
+                "in_roles=..., or use a module field declared with enn.per_chain()."
+            )
+        if n % devices:
+            paths = ", ".join(f"{i.path}: {describe(i.value)}" for i in infos
+                              if i.role is PER_CHAIN)
+            raise ChainCountError(
+                f"{n} chains cannot be split evenly over the {devices} devices of mesh axis "
+                f"{self.axis!r} (per-chain leaves: {paths}).\n  fix: use a multiple of "
+                f"{devices} chains, e.g. {max(devices, n // devices * devices)} or "
+                f"{(n // devices + 1) * devices}, or a mesh with fewer devices."
+            )
+
+
+def _closure_message(fn: Any, captured: list[Any]) -> str:
+    lines = "\n".join(f"  - {describe_capture(c)}"
+                      + ("  (sharded on an Explicit mesh)" if is_explicit_sharded(c) else "")
+                      for c in captured)
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    return (
+        f"{name} captures {len(captured)} jax.Array(s) by closure (closures='error'):\n"
+        f"{lines}\n"
+        "A shard_map body must receive arrays as operands: on an Explicit mesh a captured "
+        "sharded array raises NotImplementedError, and on an Auto mesh a captured per-chain "
+        "array is silently treated as one shared value.\n"
+        "  wrong: data = jnp.asarray(...); f = lambda x: logdensity(x, data)\n"
+        "  fix:   pass data as an argument (a module field declared enn.broadcast()), or "
+        "use closures='lift' (the default) to have ensemblenn pass it for you."
+    )
+
+
+def ensemble_map(
+    fn: Callable,
+    *,
+    mesh: Any = None,
+    axis: str = "chains",
+    in_roles: Any = None,
+    out_roles: Any = None,
+    closures: Literal["lift", "error"] = "lift",
+    strict: bool = False,
+) -> EnsembleMapped:
+    """Run `fn`, written for ONE chain, over every chain of a sharded ensemble.
+
+    Per-chain leaves (leading axis = chains) are sharded over `axis` of the mesh and
+    arrive in `fn` without that axis; broadcast leaves arrive whole. Within a device the
+    chains are vmapped; across devices `jax.shard_map` runs, jit-compiled and cached.
+    Every array enters the `shard_map` body as an explicit operand, so the program is the
+    same on Auto and Explicit meshes and never captures an array by closure.
+
+    Args:
+        fn: the per-chain function (a function, a bound method, or a callable Module; its
+            own array fields are partitioned by their roles like any argument).
+        mesh: the mesh; `None` takes the one set with `jax.set_mesh`, else a 1-D mesh over
+            all devices (`enn.default_mesh`).
+        axis: the mesh axis the chains are sharded over.
+        in_roles: a pytree prefix of the positional arguments with `enn.PER_CHAIN`,
+            `enn.BROADCAST` or `None` (use field metadata) entries. A single role applies
+            to every argument.
+        out_roles: the same for the output. Declared roles win: a per-chain output that
+            does not vary still comes back stacked `(num_chains, ...)`, and a broadcast
+            output that varies is an `OutputRoleError`. Undeclared outputs are per-chain if
+            they depend on a per-chain input, else returned once, replicated.
+        closures: `"lift"` passes arrays the function captures (closure cells, globals,
+            defaults, partials, bound modules, jit callees) as broadcast operands, keeping
+            closure semantics; `"error"` raises `ClosureError` naming them.
+        strict: if True an array argument with no role is an error instead of broadcast.
+
+    Returns:
+        A callable with the signature of `fn` that takes and returns whole ensembles.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> def centre(x, w):
+        ...     return w * (x - enn.chain_mean(x))
+        >>> f = enn.ensemble_map(centre, in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+        >>> f(jnp.arange(8.0), 2.0).tolist()
+        [-7.0, -5.0, -3.0, -1.0, 1.0, 3.0, 5.0, 7.0]
+    """
+    return EnsembleMapped(fn, mesh=mesh, axis=axis, in_roles=in_roles, out_roles=out_roles,
+                          closures=closures, strict=strict)

@@ -1,0 +1,70 @@
+"""Which mesh an ensemble runs on, and putting operands on it."""
+
+import functools
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ._errors import MeshError
+
+
+@functools.cache
+def default_mesh(axis: str = "chains") -> Mesh:
+    """A 1-D mesh over every device, with an Auto axis named `axis`.
+
+    Auto, not Explicit (which `jax.make_mesh` defaults to), so that the per-chain arrays
+    `ensemble_map` returns can go straight into ordinary JAX code. Explicit meshes are
+    fully supported when passed in or set with `jax.set_mesh`.
+
+    Example:
+        >>> import ensemblenn as enn
+        >>> enn.default_mesh().axis_names
+        ('chains',)
+    """
+    devices = jax.devices()
+    return jax.make_mesh((len(devices),), (axis,), axis_types=(AxisType.Auto,))
+
+
+def _context_mesh() -> Any:
+    try:
+        mesh = jax.sharding.get_mesh()
+    except ValueError:  # inside jax.jit: only the abstract mesh is visible
+        mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh is None or mesh.empty else mesh
+
+
+def resolve_mesh(mesh: Any, axis: str) -> Any:
+    """The mesh to use: the given one, else the `jax.set_mesh` one, else `default_mesh`.
+
+    Raises:
+        MeshError: the mesh has no axis named `axis`.
+    """
+    if mesh is None:
+        mesh = _context_mesh() or default_mesh(axis)
+    if not hasattr(mesh, "axis_names"):
+        raise MeshError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+    if axis not in mesh.axis_names:
+        raise MeshError(
+            f"The mesh has no axis named {axis!r}; its axes are {tuple(mesh.axis_names)} with "
+            f"sizes {tuple(mesh.axis_sizes)}.\n  fix: pass axis=<one of those names> to "
+            f"ensemble_map/partition, or build the mesh with that name, e.g. "
+            f"jax.make_mesh((n,), ({axis!r},))."
+        )
+    return mesh
+
+
+def axis_size(mesh: Any, axis: str) -> int:
+    return dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))[axis]
+
+
+def place(x: Any, mesh: Any, spec: P) -> Any:
+    """`x` laid out as `NamedSharding(mesh, spec)`: numpy, uncommitted, single-device
+    or differently sharded inputs all end up where `shard_map` needs them. The input
+    itself is never modified."""
+    sharding = NamedSharding(mesh, spec)
+    if not isinstance(x, jax.core.Tracer):
+        if getattr(x, "sharding", None) == sharding:
+            return x
+    return jax.device_put(x, sharding)

@@ -1,0 +1,229 @@
+"""Split a pytree into explicit `shard_map` operands, one PartitionSpec each, and statics.
+
+The role of an array leaf is decided, strongest first, by: an `in_roles` entry covering
+it; the nearest enclosing field whose metadata carries a role; the default `BROADCAST`
+(or an error in strict mode). A role applies to every array leaf inside the field:
+nested modules, dicts, tuples, NamedTuples, optax states and PRNG key arrays alike.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec as P
+from jaxtyping import PyTree
+
+from ._errors import ChainCountError, RoleError
+from ._roles import BROADCAST, PER_CHAIN, Role, declared_role
+
+
+class LeafInfo(NamedTuple):
+    """An array leaf, where it sits, and its role."""
+
+    path: str
+    value: Any
+    role: Role
+
+
+def describe(value: Any) -> str:
+    """`float32[8,3]`-style description of an array, or the type of anything else."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        try:
+            return str(jax.typeof(value)) if isinstance(value, jax.Array) else (
+                f"{np.dtype(value.dtype).name}{list(value.shape)}"
+            )
+        except TypeError:
+            return f"{value.dtype}{list(value.shape)}"
+    return type(value).__name__
+
+
+def _children(node: Any) -> tuple[list[tuple[str, Any]], Any]:
+    """One level of a pytree: ((key string, child) list, treedef of that level)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    return [(jax.tree_util.keystr(path), child) for path, child in flat], treedef
+
+
+def _field_roles(node: Any) -> dict[str, Role | None]:
+    if isinstance(node, eqx.Module) or dataclasses.is_dataclass(node):
+        return {f.name: declared_role(f) for f in dataclasses.fields(node)}
+    return {}
+
+
+def _is_scalar_constant(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex, str, bytes))
+
+
+def _check_role_value(role: Any, path: str) -> None:
+    if role is not None and not isinstance(role, Role):
+        raise RoleError(
+            f"in_roles at {path} is {role!r} (a {type(role).__name__}); each entry must be "
+            "enn.PER_CHAIN, enn.BROADCAST, None (use the field metadata) or a container of "
+            "those matching the argument's structure.\n"
+            "  fix: in_roles=(enn.PER_CHAIN, enn.BROADCAST)"
+        )
+
+
+def resolve_roles(
+    tree: PyTree,
+    *,
+    in_roles: Any = None,
+    strict: bool = False,
+    root: str = "",
+    default: Role | None = BROADCAST,
+) -> list[LeafInfo]:
+    """The array leaves of `tree` in flattening order, each with its path and role.
+
+    Raises:
+        RoleError: an invalid `in_roles` entry or structure, a per-chain role placed
+            directly on a non-array, or (strict mode) an array with no role.
+    """
+    out: list[LeafInfo] = []
+
+    def walk(node: Any, path: str, forced: Role | None, declared: Role | None,
+             roles_prefix: Any, direct: bool) -> None:
+        if roles_prefix is not None and not isinstance(roles_prefix, Role):
+            # Descend the in_roles prefix alongside the tree.
+            pkids, ptreedef = _children(roles_prefix)
+            if len(pkids) == 1 and pkids[0][1] is roles_prefix:
+                _check_role_value(roles_prefix, path or "the top level")
+            kids, treedef = _children(node)
+            if treedef != ptreedef:
+                raise RoleError(
+                    f"in_roles does not match the arguments at {path or 'the top level'}: the "
+                    f"argument is {treedef_summary(treedef)} but in_roles is "
+                    f"{treedef_summary(ptreedef)}.\n  fix: give in_roles the same structure "
+                    "as the arguments down to where a role applies, or a single role for a "
+                    "whole subtree (e.g. in_roles=(enn.PER_CHAIN, None))."
+                )
+            fields = _field_roles(node)
+            for (key, child), (_, pchild) in zip(kids, pkids, strict=True):
+                f_role = fields.get(key.lstrip("."))
+                walk(child, path + key, None, f_role or declared, pchild, f_role is not None)
+            return
+        if isinstance(roles_prefix, Role):
+            forced, declared, direct = roles_prefix, roles_prefix, True
+        if eqx.is_array(node):
+            role = forced or declared
+            if role is None:
+                if strict:
+                    raise RoleError(
+                        f"{path or 'the argument'} is an array ({describe(node)}) with no role, "
+                        "and strict mode requires one.\n  fix: declare the field with "
+                        "enn.per_chain() or enn.broadcast(), or pass in_roles."
+                    )
+                role = default
+            out.append(LeafInfo(path, node, role))
+            return
+        kids, _ = _children(node)
+        if len(kids) == 1 and kids[0][1] is node:
+            if direct and (forced or declared) is PER_CHAIN and _is_scalar_constant(node):
+                raise RoleError(
+                    f"{path} is marked {PER_CHAIN} but holds {node!r} (a "
+                    f"{type(node).__name__}), not an array: a per-chain leaf needs a leading "
+                    "ensemble axis.\n  fix: store one value per chain, e.g. "
+                    "jnp.full((num_chains,), value), or mark the field enn.broadcast()."
+                )
+            return
+        fields = _field_roles(node)
+        for key, child in kids:
+            f_role = fields.get(key.lstrip("."), None) if forced is None else None
+            walk(child, path + key, forced, f_role or declared, None, f_role is not None)
+
+    walk(tree, root, None, None, in_roles, False)
+    return out
+
+
+def treedef_summary(treedef: Any) -> str:
+    text = str(treedef)
+    return text if len(text) < 120 else text[:117] + "..."
+
+
+def spec_for(role: Role, axis: str) -> P:
+    """`P(axis)` for a per-chain leaf, `P()` for a broadcast one."""
+    return P(axis) if role is PER_CHAIN else P()
+
+
+def count_chains(infos: Sequence[LeafInfo]) -> int | None:
+    """The ensemble size shared by every per-chain leaf, or None if there are none.
+
+    Raises:
+        ChainCountError: a per-chain leaf is a scalar, or leading sizes disagree.
+    """
+    sizes: dict[int, list[str]] = {}
+    for info in infos:
+        if info.role is not PER_CHAIN:
+            continue
+        shape = np.shape(info.value)
+        if len(shape) == 0:
+            raise ChainCountError(
+                f"{info.path} is {describe(info.value)} with role {PER_CHAIN}, but a per-chain "
+                "leaf needs a leading ensemble axis and this one is a scalar.\n  fix: stack one "
+                "value per chain (shape (num_chains, ...)) or make it enn.BROADCAST."
+            )
+        sizes.setdefault(shape[0], []).append(f"{info.path}: {describe(info.value)}")
+    if not sizes:
+        return None
+    if len(sizes) > 1:
+        lines = "\n".join(f"  leading size {n}: " + ", ".join(p) for n, p in sizes.items())
+        raise ChainCountError(
+            "Per-chain leaves disagree on the number of chains (their leading axis):\n"
+            f"{lines}\n  fix: every {PER_CHAIN} leaf must have shape (num_chains, ...); mark "
+            "shared values enn.BROADCAST."
+        )
+    return next(iter(sizes))
+
+
+def partition(
+    tree: PyTree,
+    *,
+    axis: str = "chains",
+    in_roles: Any = None,
+    strict: bool = False,
+) -> tuple[PyTree, PyTree, PyTree]:
+    """Split a pytree into array operands, one PartitionSpec per array, and statics.
+
+    Args:
+        tree: any pytree: equinox Modules, dicts, tuples, NamedTuples, optax states.
+        axis: the mesh axis name that per-chain leaves are sharded over.
+        in_roles: a pytree prefix of `tree` whose `enn.PER_CHAIN` / `enn.BROADCAST`
+            entries override field metadata for every array leaf below them; `None`
+            entries defer to the metadata.
+        strict: if True, an array leaf with no role is an error instead of broadcast.
+
+    Returns:
+        `(operands, specs, static)`: `operands` has the array leaves (None elsewhere),
+        `specs` a `PartitionSpec` at each array leaf (`P(axis)` per-chain, `P()`
+        broadcast), and `static` the rest. `combine(operands, static)` rebuilds `tree`.
+
+    Example:
+        >>> import equinox as eqx, jax.numpy as jnp, ensemblenn as enn
+        >>> class Walkers(eqx.Module):
+        ...     x: jnp.ndarray = enn.per_chain()
+        ...     scale: jnp.ndarray = enn.broadcast()
+        ...     name: str = "rw"
+        >>> operands, specs, static = enn.partition(Walkers(jnp.zeros((8, 2)), jnp.ones(2)))
+        >>> specs.x, specs.scale
+        (PartitionSpec('chains',), PartitionSpec())
+    """
+    infos = resolve_roles(tree, in_roles=in_roles, strict=strict)
+    count_chains(infos)
+    specs_iter = iter([spec_for(i.role, axis) for i in infos])
+    operands, static = eqx.partition(tree, eqx.is_array)
+    specs = jax.tree.map(lambda _: next(specs_iter), operands)
+    return operands, specs, static
+
+
+def combine(operands: PyTree, static: PyTree) -> PyTree:
+    """Inverse of `partition`: put the operands back into the static remainder.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> tree = {"x": jnp.zeros(4), "n": 3}
+        >>> ops, specs, static = enn.partition(tree)
+        >>> enn.combine(ops, static)["n"]
+        3
+    """
+    return eqx.combine(operands, static)

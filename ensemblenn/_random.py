@@ -1,0 +1,50 @@
+"""Per-chain PRNG keys that depend on the global chain index only."""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from ._errors import EnsembleError
+
+
+def _check_key(key: Array) -> bool:
+    """Validate a single key; return True for a typed key, False for a raw uint32[2]."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise EnsembleError(
+                f"chain_keys expects ONE key, got a typed key array of shape {key.shape}.\n"
+                "  fix: pass jax.random.key(seed); chain_keys makes the per-chain keys."
+            )
+        return True
+    shape, dtype = jnp.shape(key), getattr(key, "dtype", None)
+    if shape != (2,) or dtype != jnp.uint32:
+        raise EnsembleError(
+            f"chain_keys expects a typed key (jax.random.key) or a raw uint32[2] key "
+            f"(jax.random.PRNGKey), got {dtype}{list(shape)}.\n"
+            "  fix: key = jax.random.key(0)"
+        )
+    return False
+
+
+def chain_keys(key: Array, num_chains: int) -> Array:
+    """One PRNG key per chain: key `i` is `fold_in(key, i)`.
+
+    Key `i` depends only on `key` and `i`, not on the device count or on how many chains
+    there are, so adding chains or devices never changes an existing chain's randomness.
+    Typed keys give a `key<impl>[num_chains]` array, raw `uint32[2]` keys give
+    `uint32[num_chains, 2]` (chains on the leading axis, never transposed).
+
+    Example:
+        >>> import jax, ensemblenn as enn
+        >>> keys = enn.chain_keys(jax.random.key(0), 8)
+        >>> keys.shape
+        (8,)
+        >>> bool((jax.random.key_data(keys[3]) ==
+        ...       jax.random.key_data(enn.chain_keys(jax.random.key(0), 4)[3])).all())
+        True
+    """
+    if not isinstance(num_chains, int) or isinstance(num_chains, bool) or num_chains < 1:
+        raise EnsembleError(f"num_chains must be a positive int, got {num_chains!r}.")
+    _check_key(key)
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
