@@ -21,6 +21,7 @@ from ._errors import (
 )
 from ._mesh import default_mesh
 from ._partition import combine, partition
+from ._per_chain_value import PerChainValue
 from ._random import chain_keys
 from ._roles import BROADCAST, PER_CHAIN, Role, broadcast, per_chain, role_of
 
@@ -34,6 +35,7 @@ __all__ = [
     "EnsembleMapped",
     "MeshError",
     "OutputRoleError",
+    "PerChainValue",
     "Role",
     "RoleError",
     "broadcast",

@@ -1,0 +1,21 @@
+"""samplers: MCMC kernels as equinox modules, run sharded over many devices by ensemblenn.
+
+Example:
+    >>> import jax, jax.numpy as jnp, samplers
+    >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+    >>> result = samplers.run(samplers.MALA(step_size=0.3), target,
+    ...                       jnp.zeros((8, 4)), key=jax.random.key(0), num_steps=50,
+    ...                       progress=False)
+    >>> result.state.position.shape
+    (8, 4)
+"""
+
+from ._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resolve, select
+from ._sampler import unadjusted_info
+
+# --- kernels: gradient-based (RandomWalk, MALA, HMC, GHMC) ---
+# --- kernels: MCLMC family and SG-MCMC ---
+# --- ensemble moves (Stretch, DifferentialEvolution) ---
+# --- diagnostics and targets ---
+# --- driver ---
+# --- adaptation ---

@@ -1,0 +1,137 @@
+"""The abstract sampler: `init` and `step` written for ONE chain."""
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+import ensemblenn as enn
+
+Logdensity = Callable[..., Float[Array, ""]]
+Hyper = Any
+"""A hyperparameter: a number, a broadcast array, an `enn.PerChainValue` (one entry per
+chain) or an optax schedule (a callable of the step count)."""
+
+
+def resolve(value: Hyper, count: Int[Array, ""] | int) -> Array:
+    """The value of a hyperparameter for this chain at step `count`.
+
+    Numbers and arrays are returned as arrays, `enn.PerChainValue` is unwrapped (inside
+    `ensemble_map` it already holds this chain's entry), and a callable such as an optax
+    schedule is evaluated at `count`.
+
+    Example:
+        >>> import optax, samplers
+        >>> float(samplers.resolve(optax.linear_schedule(1.0, 0.0, 10), 5))
+        0.5
+        >>> float(samplers.resolve(0.1, 3))
+        0.1
+    """
+    if isinstance(value, enn.PerChainValue):
+        value = value.value
+    if callable(value) and not isinstance(value, jax.Array):
+        value = value(count)
+    return jnp.asarray(value)
+
+
+class Info(eqx.Module):
+    """What one transition reports, for one chain.
+
+    Attributes:
+        acceptance_rate: Metropolis acceptance probability (1 for unadjusted kernels).
+        is_divergent: the transition diverged (energy error too large or non-finite).
+        num_grads: gradient evaluations the transition used.
+        energy_change: the energy error of the proposal (0 where not defined).
+        step_size: the step size actually used (after schedules / per-chain values).
+    """
+
+    acceptance_rate: Float[Array, ""]
+    is_divergent: Bool[Array, ""]
+    num_grads: Int[Array, ""]
+    energy_change: Float[Array, ""]
+    step_size: Float[Array, ""]
+
+
+class State(eqx.Module):
+    """The minimum every sampler state carries, for one chain.
+
+    Subclasses add fields (momentum, gradient, ...). `count` is the number of steps taken,
+    which optax schedules are evaluated at.
+    """
+
+    position: Float[Array, " dim"]
+    logdensity: Float[Array, ""]
+    count: Int[Array, ""]
+
+
+class Sampler(eqx.Module):
+    """Abstract base of every kernel: `init` and `step` for ONE chain.
+
+    Hyperparameters are fields. Subclass to write a new kernel (implement `init` and
+    `step`) or to change one piece of an existing one (override e.g. `proposal`).
+    The driver `samplers.run` maps a sampler over the whole sharded ensemble.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> class Independent(samplers.Sampler):
+        ...     scale: float = 1.0
+        ...     def init(self, logdensity, position, key):
+        ...         return samplers.State(position, logdensity(position), jnp.int32(0))
+        ...     def step(self, logdensity, state, key):
+        ...         x = self.scale * jax.random.normal(key, state.position.shape)
+        ...         new = samplers.State(x, logdensity(x), state.count + 1)
+        ...         return new, samplers.unadjusted_info(num_grads=0)
+        >>> s = Independent()
+        >>> st = s.init(lambda x: -0.5 * (x**2).sum(), jnp.zeros(2), jax.random.key(0))
+        >>> s.step(lambda x: -0.5 * (x**2).sum(), st, jax.random.key(1))[0].count
+        Array(1, dtype=int32)
+    """
+
+    @abc.abstractmethod
+    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
+             key: PRNGKeyArray) -> State:
+        """The initial state of one chain at `position`."""
+
+    @abc.abstractmethod
+    def step(self, logdensity: Logdensity, state: State,
+             key: PRNGKeyArray) -> tuple[State, Info]:
+        """One transition of one chain."""
+
+    @property
+    def grads_per_step(self) -> int:
+        """Gradient evaluations per step (for reporting; kernels override)."""
+        return 1
+
+
+def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0.0,
+                    step_size: Array | float = 0.0,
+                    is_divergent: Array | bool = False) -> Info:
+    """`Info` for a kernel with no Metropolis step (acceptance 1)."""
+    return Info(
+        acceptance_rate=jnp.float32(1.0),
+        is_divergent=jnp.asarray(is_divergent, bool),
+        num_grads=jnp.asarray(num_grads, jnp.int32),
+        energy_change=jnp.asarray(energy_change, jnp.float32),
+        step_size=jnp.asarray(step_size, jnp.float32),
+    )
+
+
+def metropolis(key: PRNGKeyArray, log_ratio: Float[Array, ""]) -> tuple[Bool[Array, ""],
+                                                                         Float[Array, ""]]:
+    """Accept with probability `min(1, exp(log_ratio))`; NaN counts as reject.
+
+    Returns `(accept, acceptance_probability)`.
+    """
+    log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
+    prob = jnp.minimum(1.0, jnp.exp(log_ratio))
+    accept = jnp.log(jax.random.uniform(key)) < log_ratio
+    return accept, prob
+
+
+def select(accept: Bool[Array, ""], new: Any, old: Any) -> Any:
+    """Pick `new` where `accept` else `old`, leaf by leaf (pytrees of arrays)."""
+    return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)
