@@ -57,6 +57,12 @@ def _is_scalar_constant(x: Any) -> bool:
 
 
 def _check_role_value(role: Any, path: str) -> None:
+    if isinstance(role, P):
+        raise RoleError(
+            f"in_roles at {path} is {role}, a PartitionSpec; in_roles takes roles, and "
+            "ensemblenn derives the specs from them.\n  fix: enn.PER_CHAIN for P(axis), "
+            "enn.BROADCAST for P()."
+        )
     if role is not None and not isinstance(role, Role):
         raise RoleError(
             f"in_roles at {path} is {role!r} (a {type(role).__name__}); each entry must be "

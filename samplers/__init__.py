@@ -14,8 +14,14 @@ from ._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resol
 from ._sampler import unadjusted_info
 
 # --- kernels: gradient-based (RandomWalk, MALA, HMC, GHMC) ---
+from . import integrators
+from .kernels import GHMC, HMC, MALA, GHMCState, GradientState, RandomWalk
 # --- kernels: MCLMC family and SG-MCMC ---
 # --- ensemble moves (Stretch, DifferentialEvolution) ---
 # --- diagnostics and targets ---
 # --- driver ---
+from ._adaptation import Adaptation
+from ._moments import Moments
+from ._result import Diagnostics, Result
+from ._run import run
 # --- adaptation ---

@@ -1,0 +1,54 @@
+"""Streaming per-chain moments: what a run keeps instead of every draw."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+import ensemblenn as enn
+
+
+class Moments(eqx.Module):
+    """Running moments of one chain's positions over the sampling steps.
+
+    Means and sums of squared deviations are kept separately for the first and second
+    half of the run (Welford updates), which is what split R-hat needs; `second_moment`
+    is the running mean of `x**2` over every sampling step.
+    """
+
+    count: Int[Array, "2"] = enn.per_chain()
+    mean: Float[Array, "2 dim"] = enn.per_chain()
+    m2: Float[Array, "2 dim"] = enn.per_chain()
+    second_moment: Float[Array, " dim"] = enn.per_chain()
+
+    @classmethod
+    def zeros(cls, dim: int, dtype: jnp.dtype = jnp.float32) -> "Moments":
+        return cls(
+            count=jnp.zeros(2, jnp.int32),
+            mean=jnp.zeros((2, dim), dtype),
+            m2=jnp.zeros((2, dim), dtype),
+            second_moment=jnp.zeros(dim, dtype),
+        )
+
+    def update(self, x: Float[Array, " dim"], half: Int[Array, ""]) -> "Moments":
+        count = self.count.at[half].add(1)
+        n = count[half].astype(x.dtype)
+        delta = x - self.mean[half]
+        mean = self.mean.at[half].add(delta / n)
+        m2 = self.m2.at[half].add(delta * (x - mean[half]))
+        total = count.sum().astype(x.dtype)
+        second = self.second_moment + (x * x - self.second_moment) / total
+        return Moments(count, mean, m2, second)
+
+    def chain_mean_var(self) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
+        """Mean and (unbiased) variance of the whole chain, pooling both halves."""
+        n = self.count.astype(self.mean.dtype)
+        total = n.sum()
+        mean = (n[:, None] * self.mean).sum(0) / jnp.maximum(total, 1.0)
+        between = (n[:, None] * (self.mean - mean) ** 2).sum(0)
+        var = (self.m2.sum(0) + between) / jnp.maximum(total - 1.0, 1.0)
+        return mean, var
+
+    def half_mean_var(self) -> tuple[Float[Array, "2 dim"], Float[Array, "2 dim"]]:
+        """Per-half means and unbiased variances."""
+        n = self.count.astype(self.mean.dtype)[:, None]
+        return self.mean, self.m2 / jnp.maximum(n - 1.0, 1.0)

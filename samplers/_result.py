@@ -1,0 +1,114 @@
+"""What `samplers.run` returns."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+import ensemblenn as enn
+
+from ._moments import Moments
+
+
+class Diagnostics(eqx.Module):
+    """Ensemble diagnostics, computed on device from every chain's moments.
+
+    Attributes:
+        mean, sd, second_moment: ensemble estimates per dimension.
+        rhat: split R-hat per dimension (from per-half moments).
+        nested_rhat: nested R-hat per dimension when superchains were requested.
+        ess: many-chain effective sample size per dimension.
+        bias_squared_max, bias_squared_mean: b² of the second moments against the
+            reference (None without one).
+    """
+
+    mean: Float[Array, " dim"] = enn.broadcast()
+    sd: Float[Array, " dim"] = enn.broadcast()
+    second_moment: Float[Array, " dim"] = enn.broadcast()
+    rhat: Float[Array, " dim"] = enn.broadcast()
+    nested_rhat: Float[Array, " dim"] | None = enn.broadcast()
+    ess: Float[Array, " dim"] = enn.broadcast()
+    bias_squared_max: Float[Array, ""] | None = enn.broadcast()
+    bias_squared_mean: Float[Array, ""] | None = enn.broadcast()
+
+
+class Result(eqx.Module):
+    """The outcome of `samplers.run`.
+
+    Attributes:
+        state: the final state of every chain (leaves stacked `(num_chains, ...)`).
+        sampler: the sampler after adaptation (the one the sampling steps used).
+        moments: every chain's streaming moments over the sampling steps.
+        diagnostics: `Diagnostics` of the ensemble.
+        acceptance_rate: mean acceptance per chain over warmup and sampling.
+        num_divergent: divergent transitions per chain.
+        num_grads: gradient evaluations per chain (excluding adaptation).
+        trace: `(num_chains, num_draws, dim)` thinned draws if `thin` was given.
+        bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
+        adaptation_info: whatever the adaptation reported.
+    """
+
+    state: Any = enn.per_chain()
+    sampler: Any
+    moments: Moments = enn.per_chain()
+    diagnostics: Diagnostics
+    acceptance_rate: Float[Array, " chains"] = enn.per_chain()
+    num_divergent: Int[Array, " chains"] = enn.per_chain()
+    num_grads: Int[Array, " chains"] = enn.per_chain()
+    trace: Float[Array, "chains draws dim"] | None = enn.per_chain()
+    bias_history: Float[Array, "steps 2"] | None = enn.broadcast()
+    adaptation_info: Any = None
+    num_steps: int = eqx.field(static=True, default=0)
+    num_warmup: int = eqx.field(static=True, default=0)
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.acceptance_rate.shape[0])
+
+    def summary(self, max_rows: int = 10, *, print_it: bool = True) -> str:
+        """A compact table: mean, sd, R-hat and ESS per dimension (truncated for large d),
+        with the ensemble's acceptance, divergences and b² when a reference was given."""
+        d = self.diagnostics
+        cols = {
+            "mean": np.asarray(d.mean),
+            "sd": np.asarray(d.sd),
+            "rhat": np.asarray(d.rhat),
+            "ess": np.asarray(d.ess),
+        }
+        if d.nested_rhat is not None:
+            cols["nested_rhat"] = np.asarray(d.nested_rhat)
+        dim = cols["mean"].shape[0]
+        rows = list(range(dim))
+        if dim > max_rows:
+            half = max_rows // 2
+            rows = rows[:half] + [-1] + rows[dim - half:]
+        devices = _device_count(self.acceptance_rate)
+        lines = [
+            f"{self.num_chains} chains on {devices} device(s), {self.num_warmup} warmup + "
+            f"{self.num_steps} steps, {float(jnp.mean(self.num_grads)):.0f} grads/chain",
+            f"acceptance {float(jnp.mean(self.acceptance_rate)):.3f}, divergent transitions "
+            f"{int(jnp.sum(self.num_divergent))}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
+            f"min ESS {float(np.nanmin(cols['ess'])):.0f}",
+        ]
+        if d.bias_squared_max is not None:
+            lines.append(f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
+                         f"mean {float(d.bias_squared_mean):.2e}")
+        header = f"{'dim':>6} " + " ".join(f"{name:>11}" for name in cols)
+        lines += [header, "-" * len(header)]
+        for r in rows:
+            if r == -1:
+                lines.append(f"{'...':>6}")
+                continue
+            lines.append(f"{r:>6} " + " ".join(f"{cols[n][r]:>11.4g}" for n in cols))
+        text = "\n".join(lines)
+        if print_it:
+            print(text)
+        return text
+
+
+def _device_count(x: Any) -> int:
+    sharding = getattr(x, "sharding", None)
+    return len(sharding.device_set) if isinstance(x, jax.Array) and sharding else 1

@@ -1,0 +1,304 @@
+"""`samplers.run`: the one driver, a scan over steps inside `ensemble_map`."""
+
+import math
+import sys
+import time
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+import ensemblenn as enn
+from ensemblenn import BROADCAST, PER_CHAIN
+
+from ._adaptation import Adaptation
+from ._moments import Moments
+from ._progress import Progress
+from ._result import Diagnostics, Result
+from ._sampler import Logdensity, Sampler
+
+
+class _Config(eqx.Module):
+    """The static shape of one chunk of steps (part of the compilation key)."""
+
+    length: int = eqx.field(static=True)
+    thin: int = eqx.field(static=True)
+    collect: bool = eqx.field(static=True)
+    half_point: int = eqx.field(static=True)
+    first_sample: int = eqx.field(static=True)
+    track_bias: bool = eqx.field(static=True)
+    keep_trace: bool = eqx.field(static=True)
+
+
+class _Carry(eqx.Module):
+    state: Any
+    moments: Moments
+    acceptance: Float[Array, ""]
+    divergent: Any
+    grads: Any
+
+
+def _init_chain(sampler: Sampler | None, adaptation: Adaptation | None,
+                logdensity: Logdensity, position: Array, key: PRNGKeyArray) -> Any:
+    if adaptation is not None:
+        return adaptation.initial_state(sampler, logdensity, position, key)
+    return sampler.init(logdensity, position, key)
+
+
+def _adapt_chain(adaptation: Adaptation, sampler: Sampler | None, logdensity: Logdensity,
+                 state: Any, key: PRNGKeyArray) -> tuple[Sampler, Any, Any]:
+    return adaptation.run(sampler, logdensity, state, key)
+
+
+def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Carry,
+           key: PRNGKeyArray, start: Array, reference: Any) -> tuple:
+    """`config.length` steps of one chain, starting at global step `start`."""
+    from . import diagnostics as diag
+
+    def one_step(c: _Carry, i: Array) -> tuple[_Carry, Any]:
+        t = start + i
+        state, info = sampler.step(logdensity, c.state, jax.random.fold_in(key, t))
+        moments = c.moments
+        if config.collect:
+            half = (t - config.first_sample >= config.half_point).astype(jnp.int32)
+            moments = moments.update(state.position, half)
+        c = _Carry(
+            state,
+            moments,
+            c.acceptance + info.acceptance_rate,
+            c.divergent + info.is_divergent.astype(jnp.int32),
+            c.grads + info.num_grads,
+        )
+        bias = None
+        if config.track_bias and reference is not None:
+            estimate = enn.chain_mean(state.position**2)
+            bias = jnp.stack(diag.bias_squared(estimate, reference.second_moment,
+                                               reference.second_moment_var))
+        return c, bias
+
+    acc_before = carry.acceptance
+    carry, (positions, bias) = jax.lax.scan(
+        lambda c, i: _keep_position(config, *one_step(c, i)), carry, jnp.arange(config.length)
+    )
+    # Chunks start at multiples of `thin`, so this keeps sampling steps thin-1, 2*thin-1, ...
+    draws = None if positions is None else positions[config.thin - 1 :: config.thin]
+    chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / config.length)
+    return carry, draws, (chunk_acceptance, bias)
+
+
+def _keep_position(config: _Config, c: _Carry, bias: Any) -> tuple[_Carry, tuple]:
+    return c, (c.state.position if config.keep_trace else None, bias)
+
+
+def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> Diagnostics:
+    """Ensemble diagnostics from every chain's moments (identical on every device)."""
+    from . import diagnostics as diag
+    half_mean, half_var = moments.half_mean_var()
+    mean, var = moments.chain_mean_var()
+    every = enn.chain_all_gather((half_mean, half_var, mean, var, moments.count,
+                                  moments.second_moment))
+    half_mean, half_var, mean, var, count, second = every
+    dim = mean.shape[-1]
+    n_half = count.min()
+    rhat = diag.split_rhat_from_moments(half_mean.reshape(-1, dim), half_var.reshape(-1, dim),
+                                        n_half)
+    n = count.sum(-1).min()
+    ess = diag.ess_from_moments(mean, var, n)
+    nested = None
+    if superchain_size is not None:
+        nested = diag.nested_rhat_from_moments(mean, var, n, superchain_size)
+    ens_mean = enn.chain_mean(moments.chain_mean_var()[0])
+    ens_second = enn.chain_mean(moments.second_moment)
+    b2_max = b2_mean = None
+    if reference is not None:
+        b2_max, b2_mean = diag.bias_squared(ens_second, reference.second_moment,
+                                            reference.second_moment_var)
+    return Diagnostics(
+        mean=ens_mean,
+        sd=jnp.sqrt(jnp.maximum(ens_second - ens_mean**2, 0.0)),
+        second_moment=ens_second,
+        rhat=rhat,
+        nested_rhat=nested,
+        ess=ess,
+        bias_squared_max=b2_max,
+        bias_squared_mean=b2_mean,
+    )
+
+
+def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any,
+                  num_steps: Any, num_warmup: Any, thin: Any) -> None:
+    if adaptation is None and not isinstance(sampler, Sampler):
+        raise enn.EnsembleError(
+            f"sampler must be a samplers.Sampler (e.g. samplers.HMC(...)), got "
+            f"{type(sampler).__name__}."
+        )
+    if adaptation is not None and not isinstance(adaptation, Adaptation):
+        raise enn.EnsembleError(
+            f"adaptation must be a samplers.Adaptation (e.g. samplers.LAPS(...)), got "
+            f"{type(adaptation).__name__}."
+        )
+    if not callable(logdensity):
+        raise enn.EnsembleError(
+            f"logdensity must be callable (a function or a target module), got "
+            f"{type(logdensity).__name__}."
+        )
+    for name, value, low in (("num_steps", num_steps, 1), ("num_warmup", num_warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise enn.EnsembleError(f"{name} must be an int >= {low}, got {value!r}.")
+    if thin is not None and (not isinstance(thin, int) or thin < 1 or thin > num_steps):
+        raise enn.EnsembleError(f"thin must be None or an int in [1, num_steps], got {thin!r}.")
+    shape = np.shape(positions)
+    if len(shape) != 2:
+        raise enn.EnsembleError(
+            f"positions must have shape (num_chains, dim), got shape {shape}.\n  fix: stack one "
+            "initial position per chain, e.g. jnp.zeros((num_chains, dim))."
+        )
+    if not isinstance(positions, jax.core.Tracer):
+        finite = np.isfinite(np.asarray(positions))
+        if not finite.all():
+            bad = np.argwhere(~finite.all(axis=1)).ravel()[:5].tolist()
+            raise enn.EnsembleError(
+                f"positions has non-finite (NaN/inf) entries in chains {bad}: every chain must "
+                "start at a finite point."
+            )
+
+
+def _chunks(total: int, chunk: int, thin: int) -> list[int]:
+    sizes = [chunk] * (total // chunk)
+    if total % chunk:
+        sizes.append(total % chunk)
+    return [s for s in sizes if s]
+
+
+def run(
+    sampler: Sampler | None,
+    logdensity: Logdensity,
+    positions: Float[Array, "chains dim"],
+    *,
+    key: PRNGKeyArray,
+    num_steps: int,
+    num_warmup: int = 0,
+    adaptation: Adaptation | None = None,
+    mesh: Any = None,
+    axis: str = "chains",
+    thin: int | None = None,
+    reference: Any = None,
+    superchain_size: int | None = None,
+    track_bias: bool = False,
+    chunk_size: int | None = None,
+    progress: bool | None = None,
+) -> Result:
+    """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
+
+    The whole run is a few `ensemble_map` calls: initialisation, the adaptation (if any),
+    then the steps in chunks of a `lax.scan` so the host can show progress. Per-chain keys
+    come from `enn.chain_keys` and the global step index, so the result is the same on
+    any device count and any chunking. Only streaming moments are kept unless `thin` asks
+    for a trace.
+
+    Args:
+        sampler: the kernel (`None` if the adaptation builds its own, as LAPS can).
+        logdensity: a callable `position -> log density`, or a target module; a target's
+            `reference` moments are used for `bias_squared` when `reference` is None.
+        positions: initial positions, `(num_chains, dim)`.
+        key: the run's PRNG key.
+        num_steps: sampling steps after warmup/adaptation; moments cover these.
+        num_warmup: steps run and discarded before sampling (besides any adaptation).
+        adaptation: an ensemble adaptation scheme (`samplers.LAPS`, `ChEES`, `MEADS`).
+        mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
+        axis: the mesh axis over chains.
+        thin: keep every `thin`-th sampling draw in `result.trace`; None keeps no trace.
+        reference: `samplers.targets.Moments` to measure `bias_squared` against.
+        superchain_size: group consecutive chains into superchains for nested R-hat.
+        track_bias: record the ensemble's b² after every sampling step.
+        chunk_size: steps per compiled chunk (default: about 20 chunks).
+        progress: show one progress bar for the ensemble (default: when stderr is a tty).
+
+    Returns:
+        A `samplers.Result`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
+        >>> result = samplers.run(samplers.MALA(step_size=0.5), target, jnp.zeros((8, 3)),
+        ...                       key=jax.random.key(1), num_steps=100, progress=False)
+        >>> result.state.position.shape, result.diagnostics.rhat.shape
+        ((8, 3), (3,))
+    """
+    _check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
+    if reference is None:
+        reference = getattr(logdensity, "reference", None)
+    num_chains = int(np.shape(positions)[0])
+    k_init, k_adapt, k_run = jax.random.split(key, 3)
+    common = dict(mesh=mesh, axis=axis)
+    traced = isinstance(positions, jax.core.Tracer) or isinstance(key, jax.core.Tracer)
+    show = (progress if progress is not None else sys.stderr.isatty()) and not traced
+
+    init = enn.ensemble_map(_init_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+                            out_roles=PER_CHAIN, **common)
+    state = init(sampler, adaptation, logdensity, positions,
+                 enn.chain_keys(k_init, num_chains))
+    adaptation_info = None
+    if adaptation is not None:
+        adapt = enn.ensemble_map(_adapt_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+                                 out_roles=(None, PER_CHAIN, None), **common)
+        sampler, state, adaptation_info = adapt(adaptation, sampler, logdensity, state,
+                                                enn.chain_keys(k_adapt, num_chains))
+
+    dim = int(np.shape(state.position)[-1])
+    dtype = state.position.dtype
+    zeros = jnp.zeros(num_chains)
+    carry = _Carry(
+        state,
+        jax.vmap(lambda _: Moments.zeros(dim, dtype))(zeros),
+        zeros.astype(jnp.float32),
+        zeros.astype(jnp.int32),
+        zeros.astype(jnp.int32),
+    )
+    chunk_fn = enn.ensemble_map(
+        _chunk, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, None),
+        out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST), **common)
+    keys = enn.chain_keys(k_run, num_chains)
+    step_thin = thin or 1
+    chunk = chunk_size or max(1, math.ceil((num_warmup + num_steps) / 20))
+    chunk = max(step_thin, chunk // step_thin * step_thin)
+    bar = Progress(num_warmup + num_steps, enabled=show)
+    trace, bias_history = [], []
+    start = 0
+    for phase, total in (("warmup", num_warmup), ("sampling", num_steps)):
+        collect = phase == "sampling"
+        for length in _chunks(total, chunk, step_thin):
+            config = _Config(length, step_thin, collect, num_steps // 2, num_warmup,
+                             track_bias and collect, bool(thin) and collect)
+            tick = time.perf_counter()
+            carry, draws, (acc, bias) = chunk_fn(config, sampler, logdensity, carry, keys,
+                                                 jnp.int32(start), reference)
+            if collect and thin:
+                trace.append(draws)
+            if bias is not None:
+                bias_history.append(bias)
+            start += length
+            bar.update(length, acc, time.perf_counter() - tick, phase)
+    bar.close()
+
+    diagnose = enn.ensemble_map(_diagnose, in_roles=(PER_CHAIN, BROADCAST, None),
+                                out_roles=BROADCAST, **common)
+    diagnostics = diagnose(carry.moments, reference, superchain_size)
+    total_steps = num_warmup + num_steps
+    return Result(
+        state=carry.state,
+        sampler=sampler,
+        moments=carry.moments,
+        diagnostics=diagnostics,
+        acceptance_rate=carry.acceptance / total_steps,
+        num_divergent=carry.divergent,
+        num_grads=carry.grads,
+        trace=jnp.concatenate(trace, axis=1) if trace else None,
+        bias_history=jnp.concatenate(bias_history, axis=0) if bias_history else None,
+        adaptation_info=adaptation_info,
+        num_steps=num_steps,
+        num_warmup=num_warmup,
+    )

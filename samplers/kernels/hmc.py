@@ -1,0 +1,107 @@
+"""Hamiltonian Monte Carlo with a leapfrog integrator and a fixed (or jittered) number of
+steps."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+import ensemblenn as enn
+
+from .._sampler import Hyper, Info, Logdensity, Sampler, resolve, select
+from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
+from .mala import GradientState
+from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
+
+
+class HMC(Sampler):
+    """Hamiltonian Monte Carlo: fresh momentum, `num_integration_steps` leapfrog steps,
+    a Metropolis accept/reject on the energy error.
+
+    Momenta are drawn from `N(0, M)` and the kinetic energy is `p @ M^{-1} @ p / 2`. The
+    inverse mass matrix `M^{-1}` may be a scalar, a diagonal `(dim,)` array or a dense
+    `(dim, dim)` array (momenta are then drawn through its Cholesky factor).
+
+    With `jitter=True` the number of leapfrog steps of each transition is drawn uniformly
+    from `{1, ..., 2 * num_integration_steps - 1}` (same mean, step size unchanged), which
+    breaks the periodicities a fixed trajectory length can lock into. Each chain draws its
+    own length; under `vmap` the integrator loop runs until the longest one finishes.
+    The step costs one gradient per leapfrog step (the state keeps the current gradient).
+    Every hyperparameter may be a number, a broadcast array, an `enn.PerChainValue` or an
+    optax schedule of the step count.
+
+    Attributes:
+        step_size: the leapfrog step.
+        num_integration_steps: leapfrog steps per transition (the trajectory length is
+            `step_size * num_integration_steps`); rounded to an integer, at least 1.
+        inverse_mass_matrix: `M^{-1}`, scalar, `(dim,)` or `(dim, dim)`.
+        jitter: draw the number of steps per transition, see above.
+        divergence_threshold: an energy error above this (or non-finite) is divergent.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> logdensity = lambda x: -0.5 * (x**2).sum()
+        >>> kernel = samplers.HMC(step_size=0.2, num_integration_steps=8,
+        ...                       inverse_mass_matrix=jnp.ones(3))
+        >>> state = kernel.init(logdensity, jnp.ones(3), jax.random.key(0))
+        >>> state, info = kernel.step(logdensity, state, jax.random.key(1))
+        >>> int(info.num_grads), bool(info.acceptance_rate > 0.9)
+        (8, True)
+    """
+
+    step_size: Hyper
+    num_integration_steps: Hyper
+    inverse_mass_matrix: Hyper = 1.0
+    jitter: bool = eqx.field(static=True, default=False)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+
+    @property
+    def grads_per_step(self) -> int:
+        """The mean number of leapfrog steps (jitter keeps the mean); per-chain values are
+        averaged and a schedule is read at step 0."""
+        n = self.num_integration_steps
+        if isinstance(n, enn.PerChainValue):
+            n = np.mean(np.asarray(n.value))
+        return max(1, int(np.round(np.asarray(resolve(n, 0)))))
+
+    def num_steps(self, key: PRNGKeyArray, count: Int[Array, ""]) -> Int[Array, ""]:
+        """The number of leapfrog steps of this transition (drawn when `jitter`)."""
+        n = jnp.maximum(jnp.round(resolve(self.num_integration_steps, count)), 1)
+        n = n.astype(jnp.int32)
+        if self.jitter:
+            n = jax.random.randint(key, (), 1, 2 * n)  # upper bound exclusive: 1..2n-1
+        return n
+
+    def momentum(self, key: PRNGKeyArray, position: Float[Array, " dim"],
+                 count: Int[Array, ""]) -> Float[Array, " dim"]:
+        """A fresh momentum `p ~ N(0, M)`."""
+        return sample_momentum(key, position, resolve(self.inverse_mass_matrix, count))
+
+    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
+             key: PRNGKeyArray) -> GradientState:
+        position = jnp.asarray(position)
+        logp, grad = value_and_grad(logdensity)(position)
+        return GradientState(position, logp, jnp.int32(0), grad)
+
+    def step(self, logdensity: Logdensity, state: GradientState,
+             key: PRNGKeyArray) -> tuple[GradientState, Info]:
+        key_momentum, key_length, key_accept = jax.random.split(key, 3)
+        count = state.count
+        step_size = resolve(self.step_size, count)
+        inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
+        num_steps = self.num_steps(key_length, count)
+        p0 = self.momentum(key_momentum, state.position, count)
+        x, p, logp, grad = leapfrog(
+            value_and_grad(logdensity), state.position, p0, state.grad, step_size,
+            inverse_mass_matrix, num_steps, logdensity=state.logdensity,
+        )
+        energy_change = (kinetic_energy(p, inverse_mass_matrix) - logp
+                         - kinetic_energy(p0, inverse_mass_matrix) + state.logdensity)
+        accept, info = metropolis_info(
+            key_accept, energy_change, num_grads=num_steps, step_size=step_size,
+            divergence_threshold=self.divergence_threshold,
+        )
+        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state,
+                          (x, logp, grad))
+        return next_count(select(accept, new, state)), info

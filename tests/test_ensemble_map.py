@@ -1,0 +1,208 @@
+"""ensemble_map: per-chain code over a sharded ensemble, on Auto and Explicit meshes."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import ensemblenn as enn
+
+N = 8
+
+
+class Walkers(eqx.Module):
+    x: jax.Array = enn.per_chain()
+    scale: jax.Array = enn.broadcast()
+    label: str = eqx.field(static=True, default="w")
+
+
+def centre(w: Walkers) -> Walkers:
+    return Walkers(w.scale * (w.x - enn.chain_mean(w.x)), w.scale, w.label)
+
+
+def expected_centre(x, scale):
+    return scale * (x - x.mean(0))
+
+
+def test_per_chain_function_sees_one_chain(mesh):
+    seen = {}
+
+    def f(x, w):
+        seen["x"], seen["w"] = x.shape, w.shape
+        return x @ w
+
+    x, w = jnp.ones((N, 3)), jnp.arange(6.0).reshape(3, 2)
+    out = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))(x, w)
+    assert seen == {"x": (3,), "w": (3, 2)}
+    np.testing.assert_allclose(out, x @ w)
+    assert out.sharding.is_equivalent_to(NamedSharding(mesh, P("chains")), 2)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_module_roundtrip_eager_and_jit(mesh, jit):
+    w = Walkers(jnp.arange(N * 2.0).reshape(N, 2), jnp.array([1.0, -2.0]))
+    f = enn.ensemble_map(centre, mesh=mesh)
+    out = (jax.jit(f) if jit else f)(w)
+    np.testing.assert_allclose(out.x, expected_centre(w.x, w.scale), rtol=1e-6)
+    # A declared broadcast field comes back once; the module can be fed straight back in.
+    assert out.scale.shape == (2,) and out.label == "w"
+    again = f(out)
+    np.testing.assert_allclose(again.x, expected_centre(out.x, out.scale), rtol=1e-5, atol=1e-6)
+
+
+def test_output_roles_are_inferred(mesh):
+    def f(x, w):
+        return {"varies": x * 2, "shared": w.sum(), "mean": enn.chain_mean(x), "n": 3}
+
+    out = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))(
+        jnp.arange(N * 1.0), jnp.ones(4))
+    assert out["varies"].shape == (N,)
+    assert out["shared"].shape == () and float(out["shared"]) == 4.0
+    assert float(out["mean"]) == pytest.approx(3.5)
+    assert out["n"] == 3
+    assert out["mean"].sharding.is_fully_replicated
+
+
+def test_declared_per_chain_output_that_does_not_vary_is_stacked(mesh):
+    f = enn.ensemble_map(lambda x, w: (x, w * 2), mesh=mesh,
+                         in_roles=(enn.PER_CHAIN, enn.BROADCAST),
+                         out_roles=(None, enn.PER_CHAIN))
+    _, doubled = f(jnp.zeros(N), jnp.array([1.0, 2.0]))
+    assert doubled.shape == (N, 2)
+    np.testing.assert_array_equal(doubled, np.tile([2.0, 4.0], (N, 1)))
+
+
+def test_declared_broadcast_output_that_varies_is_an_error(mesh):
+    f = enn.ensemble_map(lambda x: {"y": x + 1}, mesh=mesh, in_roles=enn.PER_CHAIN,
+                         out_roles={"y": enn.BROADCAST})
+    with pytest.raises(enn.OutputRoleError, match=r"output\['y'\].*differs from chain"):
+        f(jnp.zeros(N))
+
+
+def test_module_field_metadata_declares_output_roles(mesh):
+    def f(x):
+        return Walkers(x * 0 + 1.0, x.sum() * 0 + jnp.ones(2))  # broadcast field varies
+
+    with pytest.raises(enn.OutputRoleError, match=r"output\.scale"):
+        enn.ensemble_map(f, mesh=mesh, in_roles=enn.PER_CHAIN)(jnp.zeros(N))
+
+
+def test_context_mesh_is_used_when_mesh_is_none(mesh):
+    with jax.set_mesh(mesh):
+        out = enn.ensemble_map(lambda x: x * 2, in_roles=enn.PER_CHAIN)(jnp.arange(N * 1.0))
+        jitted = jax.jit(enn.ensemble_map(lambda x: x * 2, in_roles=enn.PER_CHAIN))(
+            jnp.arange(N * 1.0))
+    assert out.sharding.mesh.axis_types == mesh.axis_types
+    np.testing.assert_array_equal(jitted, np.arange(N) * 2.0)
+
+
+def test_default_mesh_spans_all_devices():
+    out = enn.ensemble_map(lambda x: x + enn.chain_index(), in_roles=enn.PER_CHAIN)(
+        jnp.zeros(N, jnp.int32))
+    assert len(out.sharding.device_set) == jax.device_count()
+    assert out.tolist() == list(range(N))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "uncommitted", "one_device", "other_sharding",
+                                  "replicated"])
+def test_inputs_are_placed_first(mesh, kind):
+    base = np.arange(N * 2.0, dtype=np.float32).reshape(N, 2)
+    if kind == "numpy":
+        x = base
+    elif kind == "uncommitted":
+        x = jnp.asarray(base)
+    elif kind == "one_device":
+        x = jax.device_put(base, jax.devices()[2])
+    elif kind == "other_sharding":
+        other = jax.make_mesh((2, 2), ("a", "b"))
+        x = jax.device_put(base, NamedSharding(other, P(None, "a")))
+    else:
+        x = jax.device_put(base, NamedSharding(mesh, P()))
+    w = jax.device_put(np.ones(2, np.float32), jax.devices()[1])
+    f = enn.ensemble_map(lambda x, w: x * w + enn.chain_mean(x), mesh=mesh,
+                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    out = f(x, w)
+    np.testing.assert_allclose(out, base + base.mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(x), base)  # the input is untouched
+
+
+def test_under_outer_jit_with_traced_inputs(mesh):
+    f = enn.ensemble_map(centre, mesh=mesh)
+
+    @jax.jit
+    def outer(x, scale):
+        return f(Walkers(x, scale)).x.sum(1)
+
+    x = jnp.arange(N * 2.0).reshape(N, 2)
+    np.testing.assert_allclose(outer(x, jnp.ones(2)), expected_centre(x, 1.0).sum(1), atol=1e-5)
+
+
+def test_nested_helpers_and_inner_ensemble_map(mesh):
+    def normalise(x):  # a helper using collectives
+        return (x - enn.chain_mean(x)) / jnp.sqrt(enn.chain_mean((x - enn.chain_mean(x)) ** 2))
+
+    inner = enn.ensemble_map(lambda x: normalise(x) * 2, mesh=mesh, in_roles=enn.PER_CHAIN)
+
+    def body(x):
+        return inner(x) + normalise(x)  # an ensemble_map'd function called per chain
+
+    x = jnp.arange(N * 1.0) ** 2
+    out = enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    z = (x - x.mean()) / x.std()
+    np.testing.assert_allclose(out, 3 * z, rtol=1e-5)
+
+
+def test_compiles_once_for_same_shapes(mesh):
+    traces = []
+
+    def f(x, w):
+        traces.append(1)
+        return x * w
+
+    g = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    g(jnp.ones(N), jnp.float32(1.0))
+    before, cached = len(traces), _execute_cache_size()
+    out = g(jnp.full(N, 2.0), jnp.float32(3.0))
+    # One discovery trace for the new call; the compiled program is reused.
+    assert len(traces) - before == 1
+    assert _execute_cache_size() == cached
+    assert out.tolist() == [6.0] * N
+
+
+def _execute_cache_size():
+    from ensemblenn import _ensemble_map
+
+    return _ensemble_map._execute._cache_size()
+
+
+def test_chain_count_not_divisible_by_devices(mesh):
+    f = enn.ensemble_map(lambda x: x, mesh=mesh, in_roles=enn.PER_CHAIN)
+    with pytest.raises(enn.ChainCountError, match=r"10 chains.*4 devices.*args\[0\].*"
+                                                  r"float32\[10\]"):
+        f(jnp.zeros(10))
+
+
+def test_no_per_chain_input_is_an_error(mesh):
+    with pytest.raises(enn.ChainCountError, match="no per-chain input"):
+        enn.ensemble_map(lambda w: w, mesh=mesh)(jnp.ones(3))
+
+
+def test_missing_mesh_axis(mesh):
+    f = enn.ensemble_map(lambda x: x, mesh=mesh, axis="walkers", in_roles=enn.PER_CHAIN)
+    with pytest.raises(enn.MeshError, match=r"no axis named 'walkers'.*\('chains',\)"):
+        f(jnp.zeros(N))
+
+
+def test_bad_closures_option():
+    with pytest.raises(enn.EnsembleError, match="closures"):
+        enn.ensemble_map(lambda x: x, closures="ignore")
+
+
+def test_two_dimensional_mesh_shards_only_the_chain_axis():
+    mesh = jax.make_mesh((2, 2), ("chains", "data"))
+    f = enn.ensemble_map(lambda x: x - enn.chain_mean(x), mesh=mesh, in_roles=enn.PER_CHAIN)
+    x = jnp.arange(N * 1.0)
+    np.testing.assert_allclose(f(x), x - x.mean())
