@@ -14,7 +14,6 @@ from ._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resol
 from ._sampler import unadjusted_info
 
 # --- kernels: gradient-based (RandomWalk, MALA, HMC, GHMC) ---
-from . import integrators
 from .kernels import GHMC, HMC, MALA, GHMCState, GradientState, RandomWalk
 # --- kernels: MCLMC family and SG-MCMC ---
 # --- ensemble moves (Stretch, DifferentialEvolution) ---

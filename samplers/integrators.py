@@ -11,7 +11,7 @@ Example:
     >>> x, g = jnp.ones(2), -jnp.ones(2)
     >>> x1, p1, logp1, g1 = leapfrog(logdensity_and_grad, x, jnp.zeros(2), g,
     ...                              step_size=0.1, inverse_mass_matrix=1.0, num_steps=10)
-    >>> x1.round(3).tolist()   # x(t) = cos(t) from x = 1: cos(1) = 0.540
+    >>> [round(float(v), 3) for v in x1]   # x(t) = cos(t) from x = 1: cos(1) = 0.540
     [0.54, 0.54]
 """
 

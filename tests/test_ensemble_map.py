@@ -165,7 +165,7 @@ def test_compiles_once_for_same_shapes(mesh):
     g = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))
     g(jnp.ones(N), jnp.float32(1.0))
     before, cached = len(traces), _execute_cache_size()
-    out = g(jnp.full(N, 2.0), jnp.float32(3.0))
+    out = g(jnp.full(N, 2.0, jnp.float32), jnp.float32(3.0))
     # One discovery trace for the new call; the compiled program is reused.
     assert len(traces) - before == 1
     assert _execute_cache_size() == cached

@@ -52,7 +52,7 @@ class GHMC(Sampler):
         >>> state, info = kernel.step(logdensity, state, jax.random.key(1))
         >>> state.momentum.shape, int(info.num_grads)
         ((2,), 1)
-        >>> samplers.GHMC(step_size=0.3, damping=1.0).persistence(0.3, 0).round(3).item()
+        >>> round(float(samplers.GHMC(step_size=0.3, damping=1.0).persistence(0.3, 0)), 3)
         0.741
     """
 

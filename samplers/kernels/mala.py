@@ -40,7 +40,7 @@ class MALA(Sampler):
         >>> state.grad.tolist()
         [-1.0, -1.0]
         >>> state, info = kernel.step(logdensity, state, jax.random.key(1))
-        >>> int(info.num_grads), float(info.step_size)
+        >>> int(info.num_grads), round(float(info.step_size), 6)
         (1, 0.8)
     """
 
