@@ -16,8 +16,12 @@ from ._sampler import unadjusted_info
 # --- kernels: gradient-based (RandomWalk, MALA, HMC, GHMC) ---
 from .kernels import GHMC, HMC, MALA, GHMCState, GradientState, RandomWalk
 # --- kernels: MCLMC family and SG-MCMC ---
+from . import isokinetic
+from .kernels import SGHMC, SGLD, AdjustedMCLMC, AdjustedMCLMCState, MCLMC, MCLMCState
+from .kernels import SGHMCState, SGLDState
 # --- ensemble moves (Stretch, DifferentialEvolution) ---
 # --- diagnostics and targets ---
+from . import diagnostics, targets
 # --- driver ---
 from ._adaptation import Adaptation
 from ._moments import Moments
