@@ -46,8 +46,22 @@ def tree_sum(x: Array) -> Array:
     return x[0]
 
 
+def _rounded(x: Array) -> Array:
+    """`x`, rounded to its dtype before any addition sees it.
+
+    XLA may contract the caller's last multiply into our first addition (`x*x + y*y` as an
+    FMA), and whether it does depends on fusion, so on the device count. Multiplying by a
+    1.0 that XLA cannot constant-fold ends the caller's expression in a plain rounding
+    multiply; an FMA of `a * 1.0 + b` equals `a + b` exactly.
+    """
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    one = 1.0 + 0.0 * jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x))
+    return x * one
+
+
 def _sum_leaf(x: Any, frame: EnsembleFrame) -> Array:
-    x = jnp.asarray(x)
+    x = _rounded(jnp.asarray(x))
     local = lax.all_gather(x, frame.local_axis)  # (num_local, ...), same for local chains
     if _is_pow2(frame.num_local):
         partial = tree_sum(local)

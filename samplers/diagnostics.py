@@ -1,7 +1,8 @@
 """Convergence diagnostics computed on device: R-hat, nested R-hat, ESS and the b² bias.
 
-Every function is plain `jax.numpy` code, so it runs eagerly or under `jax.jit`, on arrays
-sharded over the chains axis of an Auto or Explicit mesh, with nothing gathered to the host.
+Every function is plain `jax.numpy` code wrapped in `jax.jit` (compiled once per shape), so
+it runs eagerly or inside an outer `jax.jit`, on arrays sharded over the chains axis of an
+Auto or Explicit mesh, with nothing gathered to the host.
 
 Two families:
 
@@ -25,6 +26,7 @@ Example:
     (3,)
 """
 
+import functools
 import math
 
 import jax
@@ -220,6 +222,7 @@ def _unbiased(var: Array, n: ArrayLike) -> Array:
 # --- from draws ----------------------------------------------------------------------------
 
 
+@jax.jit
 def split_rhat(draws: Draws) -> Float[Array, " *event"]:
     """Classic split R-hat (Gelman et al., BDA3), without rank normalisation.
 
@@ -238,6 +241,7 @@ def split_rhat(draws: Draws) -> Float[Array, " *event"]:
     return _classic_rhat(_split(x)).reshape(event)
 
 
+@jax.jit
 def rhat(draws: Draws) -> Float[Array, " *event"]:
     """Rank-normalized split R-hat: the larger of the bulk and the folded (tail) R-hat.
 
@@ -260,6 +264,7 @@ def rhat(draws: Draws) -> Float[Array, " *event"]:
     return jnp.maximum(bulk, tail).reshape(event)
 
 
+@functools.partial(jax.jit, static_argnames="superchain_size")
 def nested_rhat(draws: Draws, superchain_size: int) -> Float[Array, " *event"]:
     """Nested R-hat for many short chains (Margossian et al., Bayesian Analysis 2024).
 
@@ -291,6 +296,7 @@ def nested_rhat(draws: Draws, superchain_size: int) -> Float[Array, " *event"]:
     return _within_and_between(mean, within, superchain_size, "nested_rhat")
 
 
+@functools.partial(jax.jit, static_argnames="kind")
 def ess(draws: Draws, kind: str = "bulk") -> Float[Array, " *event"]:
     """Effective sample size of the bulk or the tails, as `az.ess(method=kind)`.
 
@@ -324,9 +330,10 @@ def ess(draws: Draws, kind: str = "bulk") -> Float[Array, " *event"]:
 # --- from streaming moments ----------------------------------------------------------------
 
 
+@jax.jit
 def split_rhat_from_moments(
-    mean: Float[ArrayLike, "num_halves *event"],
-    var: Float[ArrayLike, "num_halves *event"],
+    mean: Float[ArrayLike, " num_halves *event"],
+    var: Float[ArrayLike, " num_halves *event"],
     n: int | ArrayLike,
 ) -> Float[Array, " *event"]:
     """Split R-hat from the running moments of the two halves of every chain.
@@ -351,9 +358,10 @@ def split_rhat_from_moments(
     return jnp.sqrt((n - 1) / n + jnp.var(mean, axis=0, ddof=1) / within)
 
 
+@functools.partial(jax.jit, static_argnames="superchain_size")
 def nested_rhat_from_moments(
-    mean: Float[ArrayLike, "num_chains *event"],
-    var: Float[ArrayLike, "num_chains *event"],
+    mean: Float[ArrayLike, " num_chains *event"],
+    var: Float[ArrayLike, " num_chains *event"],
     n: int | ArrayLike,
     superchain_size: int,
 ) -> Float[Array, " *event"]:
@@ -378,9 +386,10 @@ def nested_rhat_from_moments(
                                "nested_rhat_from_moments")
 
 
+@jax.jit
 def ess_from_moments(
-    chain_means: Float[ArrayLike, "num_chains *event"],
-    chain_vars: Float[ArrayLike, "num_chains *event"],
+    chain_means: Float[ArrayLike, " num_chains *event"],
+    chain_vars: Float[ArrayLike, " num_chains *event"],
     n: int | ArrayLike,
 ) -> Float[Array, " *event"]:
     """Many-chain ESS of the mean from per-chain moments: `num_chains * var_total / var_means`.
@@ -417,6 +426,7 @@ def ess_from_moments(
     return jnp.clip(result, 0.0, upper)
 
 
+@jax.jit
 def bias_squared(
     second_moment_estimate: Float[ArrayLike, "*batch dim"],
     reference_second_moment: Float[ArrayLike, " dim"],

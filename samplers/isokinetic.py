@@ -85,7 +85,9 @@ def isokinetic_position_update(position: Float[Array, " dim"], velocity: Float[A
         >>> iso.isokinetic_position_update(jnp.zeros(2), jnp.array([1.0, 0.0]), 0.5, 4.0)
         Array([1., 0.], dtype=float32)
     """
-    return position + step_size * _sqrt_imm(inverse_mass_matrix) * velocity
+    # sqrt(m) * u first: with a float32 `m` and float64 positions, `step_size * sqrt(m)`
+    # would round the step to float32 and break the splitting's consistency.
+    return position + step_size * (_sqrt_imm(inverse_mass_matrix) * velocity)
 
 
 def isokinetic_velocity_update(velocity: Float[Array, " dim"], grad: Float[Array, " dim"],

@@ -1,0 +1,93 @@
+"""Cross-chain collectives and per-chain keys."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ensemblenn as enn
+
+
+def canonical_tree_sum(x):
+    """The documented order: pairwise over the global chain index, zero-padded to 2^k."""
+    x = np.asarray(x, np.float32)
+    size = 1 << max(len(x) - 1, 0).bit_length()
+    x = np.concatenate([x, np.zeros((size - len(x),) + x.shape[1:], np.float32)])
+    while len(x) > 1:
+        x = (x[0::2] + x[1::2]).astype(np.float32)
+    return x[0]
+
+
+@pytest.mark.parametrize("num_chains", [4, 8, 12, 32])  # 12: three chains per device
+def test_chain_sum_and_mean_follow_the_fixed_tree(mesh, num_chains):
+    x = jax.random.normal(jax.random.key(0), (num_chains, 3))
+
+    def body(x):
+        return enn.chain_sum(x * x), enn.chain_mean(x), enn.chain_sum({"a": x, "n": 1})
+
+    total, mean, tree = enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    squares = (np.asarray(x) * np.asarray(x)).astype(np.float32)
+    np.testing.assert_array_equal(total, canonical_tree_sum(squares))
+    # (XLA may divide by multiplying with 1/n: same on every device count, not always IEEE /.)
+    np.testing.assert_allclose(mean, canonical_tree_sum(x) / np.float32(num_chains), rtol=2e-7)
+    np.testing.assert_array_equal(tree["a"], canonical_tree_sum(x))
+    assert int(tree["n"]) == num_chains
+
+
+def test_all_gather_index_and_count(mesh):
+    x = jnp.arange(12.0).reshape(12, 1)
+
+    def body(x):
+        everyone = enn.chain_all_gather(x)
+        return everyone, enn.chain_index(), enn.num_chains() + x * 0
+
+    gathered, index, count = enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    np.testing.assert_array_equal(gathered, x)  # global chain order, returned once
+    np.testing.assert_array_equal(index, np.arange(12))
+    np.testing.assert_array_equal(count, np.full((12, 1), 12.0))
+
+
+def test_collectives_outside_ensemble_map_raise():
+    for fn in (enn.chain_mean, enn.chain_sum, enn.chain_all_gather):
+        with pytest.raises(enn.CollectiveError, match="outside a function run by ensemble_map"):
+            fn(jnp.ones(3))
+    with pytest.raises(enn.CollectiveError):
+        enn.chain_index()
+    with pytest.raises(enn.CollectiveError):
+        enn.num_chains()
+
+
+def test_non_finite_values_propagate(mesh):
+    x = jnp.array([1.0, jnp.inf, 2.0, 3.0, 0, 0, 0, 0])
+    total = enn.ensemble_map(lambda x: enn.chain_sum(x), mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    assert float(total) == np.inf
+
+
+def test_chain_keys_typed_and_raw():
+    typed = enn.chain_keys(jax.random.key(7), 6)
+    raw = enn.chain_keys(jax.random.PRNGKey(7), 6)
+    assert typed.shape == (6,) and raw.shape == (6, 2) and raw.dtype == jnp.uint32
+    np.testing.assert_array_equal(jax.random.key_data(typed), raw)
+    # Key i depends on i only: a bigger ensemble keeps the existing chains' keys.
+    np.testing.assert_array_equal(jax.random.key_data(enn.chain_keys(jax.random.key(7), 10))[:6],
+                                  jax.random.key_data(typed))
+    assert len({tuple(k) for k in np.asarray(raw)}) == 6
+
+
+@pytest.mark.parametrize("bad", [jax.random.split(jax.random.key(0), 2),
+                                 jnp.zeros((4, 2), jnp.uint32), jnp.zeros(2, jnp.float32)])
+def test_chain_keys_rejects_key_arrays_of_the_wrong_shape(bad):
+    with pytest.raises(enn.EnsembleError, match="key"):
+        enn.chain_keys(bad, 4)
+
+
+def test_chain_keys_rejects_bad_counts():
+    with pytest.raises(enn.EnsembleError, match="positive int"):
+        enn.chain_keys(jax.random.key(0), 0)
+
+
+def test_per_chain_keys_give_per_chain_draws(mesh):
+    keys = enn.chain_keys(jax.random.key(1), 8)
+    draws = enn.ensemble_map(lambda k: jax.random.normal(k, (2,)), mesh=mesh,
+                             in_roles=enn.PER_CHAIN)(keys)
+    np.testing.assert_array_equal(draws, jax.vmap(lambda k: jax.random.normal(k, (2,)))(keys))

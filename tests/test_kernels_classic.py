@@ -1,0 +1,241 @@
+"""The classic kernels RandomWalk, MALA, HMC and GHMC, and the leapfrog integrator.
+
+Exactness: chains started from exact draws of a correlated 2-d Gaussian must stay exact
+after K transitions of a correct kernel. With N independent chains each final moment has
+a known Monte Carlo standard error, so every moment is checked as a z-score |z| < 5 (keys
+are fixed; a correct kernel lands near |z| ~ 1-2). Deliberately broken kernels (MALA
+without its proposal correction, HMC drawing momenta from the wrong covariance) land at
+|z| ~ 30 with these settings, and the tests assert that they fail the same check.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import ensemblenn as enn
+import samplers
+from samplers.integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
+
+COV = jnp.array([[1.0, 0.8], [0.8, 2.0]])
+PRECISION = jnp.linalg.inv(COV)
+NUM_EXACT = 4096  # chains in the exactness tests: the standard error of E[x x^T] is ~2%
+
+
+def gaussian(x):
+    return -0.5 * x @ PRECISION @ x
+
+
+def quartic(x):
+    """A non-Gaussian log-density with a non-linear gradient."""
+    return -0.25 * jnp.sum(x**4) - 0.5 * jnp.sum(x**2) + 0.3 * x[0] * x[-1]
+
+
+def _chains(kernel, logdensity, position, key, num_steps):
+    k_init, k_steps = jax.random.split(key)
+    state = kernel.init(logdensity, position, k_init)
+    return jax.lax.scan(lambda s, k: kernel.step(logdensity, s, k), state,
+                        jax.random.split(k_steps, num_steps))
+
+
+_run_chains = enn.ensemble_map(
+    _chains, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN, None), out_roles=enn.PER_CHAIN)
+
+
+def run_chains(kernel, logdensity, positions, key, num_steps):
+    """`num_steps` transitions of independent chains, sharded over the 4 devices by
+    `ensemble_map` (a `PerChainValue` hyperparameter gives each chain its entry).
+
+    Returns the final states `(chains, ...)` and every step's `Info`, `(chains, steps)`.
+    """
+    keys = enn.chain_keys(key, positions.shape[0])
+    return _run_chains(kernel, logdensity, positions, keys, num_steps)
+
+
+def moment_z_scores(x):
+    """z-scores of the sample mean and of E[x_i x_j] (i <= j) against the exact values."""
+    n = x.shape[0]
+    z_mean = x.mean(0) / jnp.sqrt(jnp.diag(COV) / n)
+    products = x[:, :, None] * x[:, None, :]
+    se = products.std(0) / np.sqrt(n)
+    z_second = ((products.mean(0) - COV) / se)[jnp.triu_indices(2)]
+    return np.concatenate([np.asarray(z_mean), np.asarray(z_second)])
+
+
+class MALANoCorrection(samplers.MALA):
+    """Wrong on purpose: treats the Langevin proposal as if it were symmetric."""
+
+    def log_proposal_density(self, to, start, grad_start, count):
+        return jnp.zeros(())
+
+
+class HMCWrongMomentum(samplers.HMC):
+    """Wrong on purpose: momenta from N(0, M^{-1}) instead of N(0, M)."""
+
+    def momentum(self, key, position, count):
+        inverse_mass = samplers.resolve(self.inverse_mass_matrix, count)
+        return sample_momentum(key, position, jnp.linalg.inv(inverse_mass))
+
+
+SCHEDULE = optax.linear_schedule(2.0, 0.8, transition_steps=6, transition_begin=2)
+PER_CHAIN_STEP = jnp.linspace(0.3, 0.8, NUM_EXACT)  # HMC step size of each chain
+
+# name: (kernel, steps, step size chain c used at step t, gradients per step)
+EXACT = {
+    "random_walk_schedule": (samplers.RandomWalk(step_size=SCHEDULE), 10,
+                             lambda t, c: SCHEDULE(t), 0),
+    "mala": (samplers.MALA(step_size=0.9), 10, lambda t, c: 0.9, 1),
+    "hmc_dense_per_chain": (samplers.HMC(step_size=enn.PerChainValue(PER_CHAIN_STEP),
+                                         num_integration_steps=5, inverse_mass_matrix=COV),
+                            10, lambda t, c: PER_CHAIN_STEP[c], 5),
+    "hmc_diag_jitter": (samplers.HMC(step_size=0.5, num_integration_steps=5,
+                                     inverse_mass_matrix=jnp.diag(COV), jitter=True),
+                        10, lambda t, c: 0.5, None),
+    "ghmc_dense": (samplers.GHMC(step_size=0.7, momentum_persistence=0.8,
+                                 inverse_mass_matrix=COV), 20, lambda t, c: 0.7, 1),
+    "ghmc_damping_schedule": (samplers.GHMC(step_size=SCHEDULE, damping=0.5,
+                                            inverse_mass_matrix=jnp.diag(COV)),
+                              20, lambda t, c: SCHEDULE(t), 1),
+}
+
+
+@pytest.fixture(scope="module")
+def exact_draws():
+    return jax.random.multivariate_normal(jax.random.key(0), jnp.zeros(2), COV, (NUM_EXACT,))
+
+
+@pytest.mark.parametrize("name", list(EXACT))
+def test_kernel_keeps_exact_draws_exact(name, exact_draws):
+    """Moments stay exact; the reported Info and stored state are truthful."""
+    kernel, num_steps, step_size, grads = EXACT[name]
+    state, info = run_chains(kernel, gaussian, exact_draws, jax.random.key(1), num_steps)
+    z = moment_z_scores(state.position)
+    assert np.abs(z).max() < 5, (name, z)
+    # ... and the chains did move (an always-rejecting kernel would pass trivially).
+    assert 0.3 < float(info.acceptance_rate.mean()) < 1.0
+    assert float(jnp.mean(jnp.any(state.position != exact_draws, axis=1))) > 0.9
+    assert np.all(np.asarray(state.count) == num_steps)
+    assert not np.any(np.asarray(info.is_divergent))
+    # The step size each chain actually used at each step (schedules, per-chain values).
+    t, c = np.meshgrid(np.arange(num_steps), np.arange(NUM_EXACT))
+    expected = np.asarray(jax.vmap(jax.vmap(step_size))(jnp.asarray(t), jnp.asarray(c)))
+    np.testing.assert_allclose(info.step_size, expected.astype(np.float32), rtol=1e-6)
+    n = np.asarray(info.num_grads)
+    if grads is None:  # jittered: uniform on {1, ..., 2 * 5 - 1}, mean 5
+        assert set(np.unique(n).tolist()) == set(range(1, 10)) and abs(n.mean() - 5) < 0.1
+    else:
+        assert np.all(n == grads) and kernel.grads_per_step == grads
+    # The state's log-density and gradient are those of its position (no stale cache).
+    logp, grad = jax.vmap(value_and_grad(gaussian))(state.position)
+    np.testing.assert_allclose(state.logdensity, logp, rtol=1e-5, atol=1e-6)
+    if grads != 0:
+        np.testing.assert_allclose(state.grad, grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", [MALANoCorrection(step_size=0.9),
+                                    HMCWrongMomentum(step_size=0.5, num_integration_steps=5,
+                                                     inverse_mass_matrix=COV)],
+                         ids=["mala_no_correction", "hmc_wrong_momentum"])
+def test_exactness_check_catches_a_wrong_acceptance_ratio(kernel, exact_draws):
+    state, _ = run_chains(kernel, gaussian, exact_draws, jax.random.key(1), 10)
+    assert np.abs(moment_z_scores(state.position)).max() > 10
+
+
+def test_mala_correction_equals_one_step_hmc_energy_error():
+    """MALA's asymmetric correction is exactly the kinetic-energy change of one leapfrog
+    step with unit mass (on a non-Gaussian target), and its proposal is that step."""
+    kx, kz = jax.random.split(jax.random.key(3))
+    x = jax.random.normal(kx, (5,))
+    h = 0.7
+    mala = samplers.MALA(step_size=h)
+    vg = value_and_grad(quartic)
+    logp, grad = vg(x)
+    proposed = mala.proposal(kz, x, grad, jnp.int32(0))
+    momentum = jax.random.normal(kz, (5,))
+    x1, p1, logp1, grad1 = leapfrog(vg, x, momentum, grad, h, 1.0, 1)
+    np.testing.assert_allclose(proposed, x1, rtol=1e-5, atol=1e-6)
+    correction = (mala.log_proposal_density(x, x1, grad1, 0)
+                  - mala.log_proposal_density(x1, x, grad, 0))
+    np.testing.assert_allclose(correction, kinetic_energy(momentum, 1.0)
+                               - kinetic_energy(p1, 1.0), rtol=1e-4, atol=1e-5)
+
+
+def test_leapfrog_is_reversible_second_order_and_mass_forms_agree():
+    vg = value_and_grad(quartic)
+    x = jnp.array([0.5, -1.0, 0.3])
+    p = jnp.array([1.0, 0.2, -0.7])
+    logp, grad = vg(x)
+    diag = jnp.array([0.5, 1.0, 2.0])
+
+    x1, p1, logp1, g1 = leapfrog(vg, x, p, grad, 0.1, diag, 20)
+    x0, p0, _, _ = leapfrog(vg, x1, -p1, g1, 0.1, diag, 20)
+    np.testing.assert_allclose(x0, x, atol=1e-5)
+    np.testing.assert_allclose(-p0, p, atol=1e-5)
+    np.testing.assert_allclose(logp1, quartic(x1), rtol=1e-6)
+
+    # Diagonal and the same dense matrix integrate identically.
+    x2, p2, _, _ = leapfrog(vg, x, p, grad, 0.1, jnp.diag(diag), 20)
+    np.testing.assert_allclose(x2, x1, rtol=1e-5)
+    np.testing.assert_allclose(p2, p1, rtol=1e-5)
+
+    # Energy error over a fixed time falls ~4x when the step halves (second order).
+    def energy_error(eps, n):
+        xe, pe, lpe, _ = leapfrog(vg, x, p, grad, eps, diag, n)
+        return abs(float(kinetic_energy(pe, diag) - lpe - kinetic_energy(p, diag) + logp))
+
+    ratio = energy_error(0.1, 10) / energy_error(0.05, 20)
+    assert 3.0 < ratio < 5.0, ratio
+
+
+@pytest.mark.parametrize("form", ["scalar", "diagonal", "dense"])
+def test_momentum_covariance_is_the_mass_matrix(form):
+    inverse_mass = {"scalar": jnp.float32(0.25), "diagonal": jnp.diag(COV), "dense": COV}[form]
+    keys = jax.random.split(jax.random.key(4), 20000)
+    p = jax.vmap(lambda k: sample_momentum(k, jnp.zeros(2), inverse_mass))(keys)
+    mass = {"scalar": 4.0 * jnp.eye(2), "diagonal": jnp.diag(1 / jnp.diag(COV)),
+            "dense": PRECISION}[form]
+    np.testing.assert_allclose(jnp.cov(p.T), mass, atol=0.04 * float(jnp.max(mass)))
+
+
+def test_rejection_keeps_the_state_and_reports_a_divergence():
+    """A step far too large: every kernel rejects, keeps position, log-density and gradient,
+    counts the step, and flags the divergence; GHMC reverses its momentum."""
+    def nan_outside(x):  # NaN beyond |x| > 3 (a broken model): must be a rejection
+        return jnp.where(jnp.all(jnp.abs(x) < 3), -0.5 * jnp.sum(x**2), jnp.nan)
+
+    x = jnp.full((4,), 0.5)
+    kernels = [samplers.RandomWalk(step_size=1e3), samplers.MALA(step_size=50.0),
+               samplers.HMC(step_size=50.0, num_integration_steps=3),
+               samplers.GHMC(step_size=50.0, momentum_persistence=1.0)]
+    for kernel in kernels:
+        for logdensity in (nan_outside, lambda z: -0.5 * jnp.sum(z**2)):
+            state = kernel.init(logdensity, x, jax.random.key(0))
+            new, info = kernel.step(logdensity, state, jax.random.key(1))
+            name = type(kernel).__name__
+            assert bool(info.is_divergent), name
+            assert float(info.acceptance_rate) == 0.0, name
+            assert int(new.count) == 1
+            np.testing.assert_array_equal(new.position, state.position)
+            np.testing.assert_array_equal(new.logdensity, state.logdensity)
+            if isinstance(kernel, samplers.GHMC):  # alpha = 1: refreshed momentum = old one
+                np.testing.assert_array_equal(new.momentum, -state.momentum)
+                np.testing.assert_array_equal(new.grad, state.grad)
+
+
+def test_schedule_for_the_number_of_integration_steps():
+    steps = optax.piecewise_constant_schedule(2, {5: 2.0, 10: 2.0})  # 2, then 4, then 8
+    kernel = samplers.HMC(step_size=0.1, num_integration_steps=steps)
+    _, info = run_chains(kernel, gaussian, jnp.zeros((4, 2)), jax.random.key(7), 15)
+    np.testing.assert_array_equal(info.num_grads[0], [2] * 5 + [4] * 5 + [8] * 5)
+
+
+def test_ghmc_takes_exactly_one_of_persistence_and_damping():
+    with pytest.raises(enn.EnsembleError, match="exactly one"):
+        samplers.GHMC(step_size=0.1)
+    with pytest.raises(enn.EnsembleError, match="exactly one"):
+        samplers.GHMC(step_size=0.1, momentum_persistence=0.9, damping=1.0)
+    alpha = samplers.GHMC(step_size=0.2, damping=2.0).persistence(0.2, 0)
+    np.testing.assert_allclose(alpha, np.exp(-0.4), rtol=1e-6)
+
+
