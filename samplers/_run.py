@@ -22,11 +22,13 @@ from ._sampler import Logdensity, Sampler
 
 
 class _Config(eqx.Module):
-    """The static shape of one chunk of steps (part of the compilation key)."""
+    """The static shape of a chunk of steps (part of the compilation key).
 
-    length: int = eqx.field(static=True)
+    Every chunk of a run shares it, whatever its length or phase, so a run compiles once.
+    """
+
+    capacity: int = eqx.field(static=True)
     thin: int = eqx.field(static=True)
-    collect: bool = eqx.field(static=True)
     half_point: int = eqx.field(static=True)
     first_sample: int = eqx.field(static=True)
     track_bias: bool = eqx.field(static=True)
@@ -54,17 +56,26 @@ def _adapt_chain(adaptation: Adaptation, sampler: Sampler | None, logdensity: Lo
 
 
 def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Carry,
-           key: PRNGKeyArray, start: Array, reference: Any) -> tuple:
-    """`config.length` steps of one chain, starting at global step `start`."""
+           key: PRNGKeyArray, start: Array, length: Array, reference: Any) -> tuple:
+    """`length` (<= capacity) steps of one chain, from global step `start`.
+
+    Steps before `config.first_sample` are warmup: they move the chain but add nothing to
+    the moments, the trace or the bias history.
+    """
     from . import diagnostics as diag
 
-    def one_step(c: _Carry, i: Array) -> tuple[_Carry, Any]:
+    dim = carry.state.position.shape[-1]
+    draws = jnp.zeros((config.capacity // config.thin, dim), carry.state.position.dtype)
+    bias = jnp.zeros((config.capacity, 2), jnp.float32)
+
+    def body(loop: tuple) -> tuple:
+        i, kept, c, draws, bias = loop
         t = start + i
         state, info = sampler.step(logdensity, c.state, jax.random.fold_in(key, t))
-        moments = c.moments
-        if config.collect:
-            half = (t - config.first_sample >= config.half_point).astype(jnp.int32)
-            moments = moments.update(state.position, half)
+        since = t - config.first_sample
+        sampling = since >= 0
+        updated = c.moments.update(state.position, (since >= config.half_point).astype(jnp.int32))
+        moments = jax.tree.map(lambda new, old: jnp.where(sampling, new, old), updated, c.moments)
         c = _Carry(
             state,
             moments,
@@ -72,25 +83,23 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
             c.divergent + info.is_divergent.astype(jnp.int32),
             c.grads + info.num_grads,
         )
-        bias = None
+        if config.keep_trace:
+            keep = sampling & ((since + 1) % config.thin == 0)
+            draws = jnp.where(keep, draws.at[kept].set(state.position), draws)
+            kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(state.position**2)
-            bias = jnp.stack(diag.bias_squared(estimate, reference.second_moment,
-                                               reference.second_moment_var))
-        return c, bias
+            b2 = jnp.stack(diag.bias_squared(estimate, reference.second_moment,
+                                             reference.second_moment_var))
+            bias = bias.at[i].set(b2.astype(jnp.float32))
+        return i + 1, kept, c, draws, bias
 
     acc_before = carry.acceptance
-    carry, (positions, bias) = jax.lax.scan(
-        lambda c, i: _keep_position(config, *one_step(c, i)), carry, jnp.arange(config.length)
-    )
-    # Chunks start at multiples of `thin`, so this keeps sampling steps thin-1, 2*thin-1, ...
-    draws = None if positions is None else positions[config.thin - 1 :: config.thin]
-    chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / config.length)
-    return carry, draws, (chunk_acceptance, bias)
-
-
-def _keep_position(config: _Config, c: _Carry, bias: Any) -> tuple[_Carry, tuple]:
-    return c, (c.state.position if config.keep_trace else None, bias)
+    loop = (jnp.int32(0), jnp.int32(0), carry, draws, bias)
+    _, _, carry, draws, bias = jax.lax.while_loop(lambda lp: lp[0] < length, body, loop)
+    chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
+    return (carry, draws if config.keep_trace else None,
+            (chunk_acceptance, bias if config.track_bias else None))
 
 
 def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> Diagnostics:
@@ -165,12 +174,6 @@ def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any
                 "start at a finite point."
             )
 
-
-def _chunks(total: int, chunk: int, thin: int) -> list[int]:
-    sizes = [chunk] * (total // chunk)
-    if total % chunk:
-        sizes.append(total % chunk)
-    return [s for s in sizes if s]
 
 
 def run(
@@ -259,29 +262,30 @@ def run(
         zeros.astype(jnp.int32),
     )
     chunk_fn = enn.ensemble_map(
-        _chunk, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, None),
+        _chunk, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
         out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST), **common)
     keys = enn.chain_keys(k_run, num_chains)
-    step_thin = thin or 1
-    chunk = chunk_size or max(1, math.ceil((num_warmup + num_steps) / 20))
-    chunk = max(step_thin, chunk // step_thin * step_thin)
-    bar = Progress(num_warmup + num_steps, enabled=show)
+    thin_by = thin or 1
+    total = num_warmup + num_steps
+    capacity = chunk_size or max(1, math.ceil(total / 20))
+    capacity = max(thin_by, capacity // thin_by * thin_by)
+    config = _Config(capacity, thin_by, num_steps // 2, num_warmup,
+                     track_bias and reference is not None, bool(thin))
+    bar = Progress(total, enabled=show)
     trace, bias_history = [], []
-    start = 0
-    for phase, total in (("warmup", num_warmup), ("sampling", num_steps)):
-        collect = phase == "sampling"
-        for length in _chunks(total, chunk, step_thin):
-            config = _Config(length, step_thin, collect, num_steps // 2, num_warmup,
-                             track_bias and collect, bool(thin) and collect)
-            tick = time.perf_counter()
-            carry, draws, (acc, bias) = chunk_fn(config, sampler, logdensity, carry, keys,
-                                                 jnp.int32(start), reference)
-            if collect and thin:
-                trace.append(draws)
-            if bias is not None:
-                bias_history.append(bias)
-            start += length
-            bar.update(length, acc, time.perf_counter() - tick, phase)
+    for start in range(0, total, capacity):
+        length = min(capacity, total - start)
+        tick = time.perf_counter()
+        carry, draws, (acc, bias) = chunk_fn(config, sampler, logdensity, carry, keys,
+                                             jnp.int32(start), jnp.int32(length), reference)
+        sampled = [t for t in range(start, start + length) if t >= num_warmup]
+        if thin:
+            kept = sum(1 for t in sampled if (t - num_warmup + 1) % thin_by == 0)
+            trace.append(draws[:, :kept])
+        if bias is not None and sampled:
+            bias_history.append(bias[sampled[0] - start: length])
+        bar.update(length, acc, time.perf_counter() - tick,
+                   "warmup" if start + length <= num_warmup else "sampling")
     bar.close()
 
     diagnose = enn.ensemble_map(_diagnose, in_roles=(PER_CHAIN, BROADCAST, None),

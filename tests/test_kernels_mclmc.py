@@ -125,14 +125,15 @@ def test_adjusted_energy_error_vanishes_at_the_integrator_order(name, order):
     with jax.enable_x64(True):
         x0 = SIGMA * jax.random.normal(jax.random.key(3), (DIM,), jnp.float64)
         key = jax.random.key(4)  # same key: same initial velocity at every step size
+        step = eqx.filter_jit(lambda kernel, state: kernel.step(gaussian_logdensity, state, key))
         errors = []
         for eps in [0.4, 0.2, 0.1, 0.05]:
-            kernel = samplers.AdjustedMCLMC(step_size=eps,
-                                            num_integration_steps=round(2.0 / eps),
+            # Array hyperparameters are traced: one compilation serves every step size.
+            kernel = samplers.AdjustedMCLMC(step_size=jnp.asarray(eps),
+                                            num_integration_steps=jnp.asarray(round(2.0 / eps)),
                                             inverse_mass_matrix=SIGMA**2 * 1.3,
                                             integrator=name)
-            state = kernel.init(gaussian_logdensity, x0, key)
-            _, info = eqx.filter_jit(kernel.step)(gaussian_logdensity, state, key)
+            _, info = step(kernel, kernel.init(gaussian_logdensity, x0, key))
             errors.append(abs(float(info.energy_change)))
         slopes = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     assert errors[-1] < 1e-3, errors

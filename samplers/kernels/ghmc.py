@@ -60,7 +60,8 @@ class GHMC(Sampler):
     momentum_persistence: Hyper = None
     damping: Hyper = None
     inverse_mass_matrix: Hyper = 1.0
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
+                                         kw_only=True)
 
     def __check_init__(self) -> None:
         if (self.momentum_persistence is None) == (self.damping is None):

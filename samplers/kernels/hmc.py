@@ -54,7 +54,8 @@ class HMC(Sampler):
     num_integration_steps: Hyper
     inverse_mass_matrix: Hyper = 1.0
     jitter: bool = eqx.field(static=True, default=False)
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
+                                         kw_only=True)
 
     @property
     def grads_per_step(self) -> int:

@@ -45,7 +45,8 @@ class MALA(Sampler):
     """
 
     step_size: Hyper
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
+                                         kw_only=True)
 
     def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
                  grad: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, " dim"]:

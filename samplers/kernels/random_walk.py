@@ -74,7 +74,8 @@ class RandomWalk(Sampler):
     """
 
     step_size: Hyper
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
+                                         kw_only=True)
 
     @property
     def grads_per_step(self) -> int:
