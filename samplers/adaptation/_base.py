@@ -1,0 +1,115 @@
+"""Ensemble adaptation built from per-chain statistics and cross-chain means."""
+
+import abc
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
+
+import ensemblenn as enn
+
+from .._adaptation import Adaptation
+from .._sampler import Info, Logdensity, Sampler, State
+
+
+def finite_chain_mean(stats: PyTree) -> tuple[PyTree, Int[Array, ""]]:
+    """Cross-chain mean of each leaf over the chains whose statistics are all finite.
+
+    A diverging chain (any non-finite leaf) is left out of every mean and counted, so one
+    bad chain cannot turn an ensemble-tuned hyperparameter into NaN. Reductions use the
+    device-count-invariant collectives. If every chain is non-finite the means are 0.
+
+    Returns:
+        `(means, num_excluded)`.
+    """
+    leaves = jax.tree.leaves(stats)
+    ok = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
+    weight = jnp.asarray(ok, jnp.float32)
+    count = enn.chain_sum(weight)
+    means = jax.tree.map(
+        lambda x: enn.chain_sum(jnp.where(ok, x, jnp.zeros_like(x))) / jnp.maximum(count, 1.0),
+        stats,
+    )
+    excluded = enn.num_chains() - count.astype(jnp.int32)
+    return means, excluded
+
+
+class AdaptationInfo(eqx.Module):
+    """What an `EnsembleAdaptation` reports (the same for every chain).
+
+    Attributes:
+        num_steps: adaptation steps actually taken (early stopping may cut them short).
+        num_excluded: chain-steps left out of the cross-chain means as non-finite.
+        num_grads: gradient evaluations per chain spent adapting.
+    """
+
+    num_steps: Int[Array, ""] = enn.broadcast()
+    num_excluded: Int[Array, ""] = enn.broadcast()
+    num_grads: Int[Array, ""] = enn.broadcast()
+
+
+class EnsembleAdaptation(Adaptation):
+    """Abstract adaptation loop: step every chain, reduce statistics, update the sampler.
+
+    Subclasses implement `init_state`, `statistics` and `update` (and optionally `done`),
+    all written for ONE chain; `run` drives them for `num_steps` steps, or until `done`.
+
+    * `statistics(sampler, state, info)` returns per-chain quantities;
+    * they are averaged over the ensemble with non-finite chains masked out
+      (`finite_chain_mean`);
+    * `update(sampler, adaptation_state, means, step)` returns the new sampler and state.
+      Hyperparameters computed from ensemble means are identical across chains, so they
+      stay broadcast. The sampler is a loop carry: keep its adapted fields as arrays.
+    """
+
+    num_steps: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def init_state(self, sampler: Sampler, state: State) -> PyTree:
+        """The adaptation state before the first step (for one chain)."""
+
+    @abc.abstractmethod
+    def statistics(self, sampler: Sampler, state: State, info: Info) -> PyTree:
+        """Per-chain statistics after a step."""
+
+    @abc.abstractmethod
+    def update(self, sampler: Sampler, adaptation_state: PyTree, means: PyTree,
+               step: Int[Array, ""]) -> tuple[Sampler, PyTree]:
+        """New sampler and adaptation state from the ensemble means of the statistics."""
+
+    def prepare(self, sampler: Sampler) -> Sampler:
+        """The sampler as the loop carries it (e.g. adapted fields as arrays)."""
+        return sampler
+
+    def done(self, adaptation_state: PyTree) -> Bool[Array, ""]:
+        """Early stopping: True ends the adaptation (must be the same in every chain)."""
+        return jnp.asarray(False)
+
+    def run(self, sampler: Sampler, logdensity: Logdensity, state: State,
+            key: PRNGKeyArray) -> tuple[Sampler, State, AdaptationInfo]:
+        sampler = self.prepare(sampler)
+        carry = (jnp.int32(0), sampler, state, self.init_state(sampler, state), jnp.int32(0),
+                 jnp.int32(0))
+
+        def cond(carry: tuple) -> Bool[Array, ""]:
+            t, _, _, adaptation_state, _, _ = carry
+            return (t < self.num_steps) & ~self.done(adaptation_state)
+
+        def body(carry: tuple) -> tuple:
+            t, sampler, state, adaptation_state, excluded, grads = carry
+            state, info = sampler.step(logdensity, state, jax.random.fold_in(key, t))
+            means, bad = finite_chain_mean(self.statistics(sampler, state, info))
+            sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)
+            return (t + 1, sampler, state, adaptation_state, excluded + bad,
+                    grads + info.num_grads)
+
+        t, sampler, state, _, excluded, grads = jax.lax.while_loop(cond, body, carry)
+        # grads is per chain; report the ensemble's (identical when every chain steps alike).
+        return sampler, state, AdaptationInfo(t, excluded, enn.chain_sum(grads) // enn.num_chains())
+
+
+def as_array(value: Any, dtype: Any = jnp.float32) -> Array:
+    """A hyperparameter as an array (so an adaptation loop can carry and update it)."""
+    return jnp.asarray(value, dtype)
