@@ -173,6 +173,31 @@ class _Substituter:
         return new_fn
 
 
+class _Finder(_Substituter):
+    """Walks like `_Substituter` but only records the `jax.Array`s it can reach."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.found: dict[int, Any] = {}
+
+    def __call__(self, obj: Any) -> Any:
+        if isinstance(obj, jax.Array):
+            self.found.setdefault(id(obj), obj)
+            return obj
+        return super().__call__(obj)
+
+
+def reachable_arrays(obj: Any) -> dict[int, Any]:
+    """Every `jax.Array` the substitution walk can reach from `obj`, by id, in walk order.
+
+    Cheap (no tracing); used to tell whether a function still captures the same arrays as
+    when it was last traced.
+    """
+    finder = _Finder()
+    finder(obj)
+    return finder.found
+
+
 def substitute(obj: Any, table: dict[int, Any]) -> Any:
     """`obj` rebuilt with every reachable object whose `id` is in `table` replaced."""
     return _Substituter(table)(obj)

@@ -1,8 +1,8 @@
 """`ensemble_map`: run a function written for one chain across a sharded ensemble."""
 
+import collections
 import contextvars
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -15,6 +15,7 @@ from ._closures import (
     describe_capture,
     is_explicit_sharded,
     jaxpr_constants,
+    reachable_arrays,
     substitute,
 )
 from ._context import EnsembleFrame, current_frame, entered
@@ -24,7 +25,15 @@ from ._mesh import axis_size, place, resolve_mesh
 from ._partition import LeafInfo, count_chains, describe, resolve_roles, spec_for
 from ._roles import BROADCAST, PER_CHAIN, Role
 
-_LOCAL_AXIS_IDS = itertools.count()
+# Discovery results by call signature, reused while the captured arrays are the same.
+_DISCOVERIES: collections.OrderedDict = collections.OrderedDict()
+_MAX_DISCOVERIES = 512
+
+
+class _Discovery(NamedTuple):
+    fingerprint: tuple
+    captured_ids: tuple[int, ...]
+    info: Any
 
 
 class _Static:
@@ -243,7 +252,8 @@ class EnsembleMapped:
         self.out_roles = out_roles
         self.closures = closures
         self.strict = strict
-        self.local_axis = f"_enn_local_{next(_LOCAL_AXIS_IDS)}"
+        # Deterministic, so equal calls from different EnsembleMapped objects share programs.
+        self.local_axis = f"_enn_local_{axis}"
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -268,29 +278,27 @@ class EnsembleMapped:
                                  replace=_ARRAY)
         static = _Static(static_tree)
 
-        # Discovery trace: the output structure and roles, and the captured arrays.
-        trace = _Trace(static_tree, self.out_roles, self.local_axis)
         frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices)
-        pcs, bcs = _split_by_role(leaves, in_per_chain)
-        local_pcs = [jax.ShapeDtypeStruct((num_local,) + x.shape[1:], x.dtype) for x in pcs]
-        local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
-
-        def discover(pc_leaves: list, bc_leaves: list) -> list:
-            def one(pc: list, bc: list) -> list:
-                return trace.call(_merge_by_role(pc, bc, in_per_chain), None)
-
-            with entered(frame):
-                return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
-                    pc_leaves, bc_leaves
-                )
-
-        closed = jax.make_jaxpr(discover, axis_env=[(self.axis, devices)])(local_pcs, local_bcs)
-        captured = jaxpr_constants(closed)
+        signature = (static, in_per_chain, mesh, self.axis, n, _Static(self.out_roles),
+                     tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves))
+        reachable = reachable_arrays(static_tree)
+        fingerprint = tuple((i, a.shape, a.dtype) for i, a in reachable.items())
+        found = _DISCOVERIES.get(signature)
+        if (found is not None and found.fingerprint == fingerprint
+                and all(i in reachable for i in found.captured_ids)):
+            _DISCOVERIES.move_to_end(signature)
+            captured, info = [reachable[i] for i in found.captured_ids], found.info
+        else:
+            captured, info = self._discover(static_tree, leaves, in_per_chain, frame)
+            _DISCOVERIES[signature] = _Discovery(fingerprint, tuple(id(c) for c in captured),
+                                                 info)
+            if len(_DISCOVERIES) > _MAX_DISCOVERIES:
+                _DISCOVERIES.popitem(last=False)
         if captured and self.closures == "error":
             raise ClosureError(_closure_message(self.fn, captured))
         lifted = [place(c, mesh, P()) for c in captured]
 
-        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, trace.info)
+        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, info)
         token = _CALL.set((self.out_roles, tuple(id(c) for c in captured)))
         try:
             pc_out, bc_out = _execute(plan, leaves, lifted)
@@ -306,11 +314,31 @@ class EnsembleMapped:
             ) from None
         finally:
             _CALL.reset(token)
-        info = trace.info
         out_leaves = _merge_by_role(pc_out, bc_out, info.per_chain)
         it = iter(out_leaves)
         full = [next(it) if s is _ARRAY else s for s in info.static_leaves.tree()]
         return jax.tree.unflatten(info.treedef, full)
+
+    def _discover(self, static_tree: Any, leaves: list, in_per_chain: tuple[bool, ...],
+                  frame: EnsembleFrame) -> tuple[list, _OutInfo]:
+        """Trace the per-chain function abstractly: its outputs' roles and what it captures."""
+        trace = _Trace(static_tree, self.out_roles, self.local_axis)
+        pcs, bcs = _split_by_role(leaves, in_per_chain)
+        local_pcs = [jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype)
+                     for x in pcs]
+        local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
+
+        def discover(pc_leaves: list, bc_leaves: list) -> list:
+            def one(pc: list, bc: list) -> list:
+                return trace.call(_merge_by_role(pc, bc, in_per_chain), None)
+
+            with entered(frame):
+                return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
+                    pc_leaves, bc_leaves)
+
+        closed = jax.make_jaxpr(discover, axis_env=[(self.axis, frame.num_devices)])(
+            local_pcs, local_bcs)
+        return jaxpr_constants(closed), trace.info
 
     def _args_roles(self, nargs: int) -> Any:
         roles = self.in_roles
