@@ -2,11 +2,12 @@
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
@@ -90,6 +91,31 @@ class Sampler(eqx.Module):
         >>> s.step(lambda x: -0.5 * (x**2).sum(), st, jax.random.key(1))[0].count
         Array(1, dtype=int32)
     """
+
+    positive_hyperparameters: ClassVar[tuple[str, ...]] = (
+        "step_size", "L", "num_integration_steps", "inverse_mass_matrix", "batch_size",
+    )
+
+    def __check_init__(self) -> None:
+        # Catch impossible hyperparameters when they are concrete; schedules and traced
+        # values are checked by their users.
+        for name in self.positive_hyperparameters:
+            value = getattr(self, name, None)
+            if isinstance(value, enn.PerChainValue):
+                value = value.value
+            if value is None or callable(value) or isinstance(value, jax.core.Tracer):
+                continue
+            try:
+                array = np.asarray(value)
+            except (TypeError, ValueError):
+                continue
+            if array.ndim == 2 and array.shape[0] == array.shape[1]:
+                array = np.diagonal(array)  # a dense matrix: its diagonal must be positive
+            if array.dtype.kind in "biuf" and array.size and not np.all(array > 0):
+                raise enn.EnsembleError(
+                    f"{type(self).__name__}.{name} must be positive, got {value!r}.\n  fix: "
+                    f"pass a positive number (or array, enn.PerChainValue, optax schedule)."
+                )
 
     @abc.abstractmethod
     def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
