@@ -212,7 +212,7 @@ def partition(
         ...     name: str = "rw"
         >>> operands, specs, static = enn.partition(Walkers(jnp.zeros((8, 2)), jnp.ones(2)))
         >>> specs.x, specs.scale
-        (PartitionSpec('chains',), PartitionSpec())
+        (P('chains',), P())
     """
     infos = resolve_roles(tree, in_roles=in_roles, strict=strict)
     count_chains(infos)

@@ -15,10 +15,10 @@ class PerChainValue(eqx.Module):
 
     Example:
         >>> import jax.numpy as jnp, ensemblenn as enn
-        >>> step_sizes = enn.PerChainValue(jnp.linspace(0.1, 0.8, 8))
+        >>> step_sizes = enn.PerChainValue(jnp.arange(1.0, 9.0))
         >>> f = enn.ensemble_map(lambda s, x: x * s.value, in_roles=(None, enn.PER_CHAIN))
-        >>> f(step_sizes, jnp.ones(8)).round(2).tolist()
-        [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+        >>> f(step_sizes, jnp.full(8, 0.5)).tolist()
+        [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
     """
 
     value: Array = per_chain()

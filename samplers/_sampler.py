@@ -29,8 +29,8 @@ def resolve(value: Hyper, count: Int[Array, ""] | int) -> Array:
         >>> import optax, samplers
         >>> float(samplers.resolve(optax.linear_schedule(1.0, 0.0, 10), 5))
         0.5
-        >>> float(samplers.resolve(0.1, 3))
-        0.1
+        >>> float(samplers.resolve(0.25, 3))
+        0.25
     """
     if isinstance(value, enn.PerChainValue):
         value = value.value

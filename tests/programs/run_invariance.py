@@ -1,0 +1,23 @@
+"""samplers.run on N simulated devices; saves the result. Usage: run_invariance.py N OUT.npz"""
+
+import os
+import sys
+
+num_devices, out_path = int(sys.argv[1]), sys.argv[2]
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import samplers  # noqa: E402
+
+target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+result = samplers.run(samplers.MALA(step_size=0.6), target,
+                      jax.random.normal(jax.random.key(3), (16, 4)), key=jax.random.key(0),
+                      num_steps=60, num_warmup=20, progress=False, superchain_size=4)
+np.savez(out_path, position=np.asarray(result.state.position),
+         rhat=np.asarray(result.diagnostics.rhat), ess=np.asarray(result.diagnostics.ess),
+         b2=np.asarray(result.diagnostics.bias_squared_max),
+         acceptance=np.asarray(result.acceptance_rate))

@@ -1,0 +1,122 @@
+"""The driver samplers.run: chunking, memory, tracing, device counts, progress, summary."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import samplers
+
+TARGET = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
+X0 = jax.random.normal(jax.random.key(1), (8, 3))
+
+
+def go(**kwargs):
+    options = dict(key=jax.random.key(0), num_steps=30, num_warmup=10, progress=False)
+    options.update(kwargs)
+    return samplers.run(options.pop("sampler", samplers.MALA(step_size=0.7)), TARGET, X0,
+                        **options)
+
+
+def test_chunking_does_not_change_the_result(mesh):
+    a = go(mesh=mesh, chunk_size=40, thin=2, track_bias=True)
+    b = go(mesh=mesh, chunk_size=6, thin=2, track_bias=True)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a.trace.shape == (8, 15, 3) and a.bias_history.shape == (30, 2)
+
+
+def test_warmup_only_chunks_with_a_trace_on_an_explicit_mesh(explicit_mesh):
+    result = go(mesh=explicit_mesh, chunk_size=5, thin=1, track_bias=True)
+    assert result.trace.shape == (8, 30, 3) and result.bias_history.shape == (30, 2)
+    # The trace holds the sampling steps: its last draw is the final state.
+    np.testing.assert_array_equal(result.trace[:, -1], result.state.position)
+
+
+def test_memory_does_not_grow_with_num_steps(mesh):
+    short, long = go(mesh=mesh, num_steps=10), go(mesh=mesh, num_steps=200)
+    shapes = lambda r: [np.shape(x) for x in jax.tree.leaves(r)]
+    assert short.trace is None and short.bias_history is None
+    assert shapes(short) == shapes(long)
+
+
+def test_moments_match_the_trace(mesh):
+    result = go(mesh=mesh, thin=1, num_steps=40)
+    draws = np.asarray(result.trace, np.float64)
+    np.testing.assert_allclose(result.diagnostics.mean, draws.mean((0, 1)), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(result.diagnostics.second_moment, (draws**2).mean((0, 1)),
+                               rtol=1e-4)
+    np.testing.assert_allclose(result.diagnostics.rhat,
+                               samplers.diagnostics.split_rhat(result.trace), rtol=1e-4)
+    expected = samplers.diagnostics.bias_squared((draws**2).mean((0, 1)),
+                                                 TARGET.reference.second_moment,
+                                                 TARGET.reference.second_moment_var)
+    np.testing.assert_allclose(result.diagnostics.bias_squared_max, expected[0], rtol=1e-3)
+
+
+def test_bias_uses_the_targets_observable():
+    funnel = samplers.targets.NealsFunnel(dim=3)
+    x0 = jax.vmap(funnel.sample)(jax.random.split(jax.random.key(2), 64))
+    result = samplers.run(samplers.MALA(step_size=0.2), funnel, x0, key=jax.random.key(0),
+                          num_steps=5, thin=1, progress=False)
+    observed = jax.vmap(jax.vmap(funnel.observable))(result.trace)
+    expected = samplers.diagnostics.bias_squared((observed**2).mean((0, 1)),
+                                                 funnel.reference.second_moment,
+                                                 funnel.reference.second_moment_var)
+    np.testing.assert_allclose(result.diagnostics.bias_squared_max, expected[0], rtol=1e-3)
+
+
+def test_jittable_end_to_end(mesh):
+    @jax.jit
+    def final(key, x0):
+        return samplers.run(samplers.MALA(step_size=0.7), TARGET, x0, key=key, num_steps=20,
+                            mesh=mesh, progress=False).state.position
+
+    eager = samplers.run(samplers.MALA(step_size=0.7), TARGET, X0, key=jax.random.key(4),
+                         num_steps=20, mesh=mesh, progress=False).state.position
+    np.testing.assert_allclose(final(jax.random.key(4), X0), eager, rtol=1e-5, atol=1e-6)
+
+
+def test_one_progress_bar_for_the_ensemble(capsys):
+    go(progress=True, chunk_size=10)
+    err = capsys.readouterr().err
+    frames = [f for f in err.replace("\r", "\n").splitlines() if f.strip()]
+    assert frames and all(f.startswith("ensemble") for f in frames)
+    assert "40/40" in frames[-1] and "acc=" in frames[-1] and "steps/s" in frames[-1]
+
+
+def test_summary_table_truncates_large_dimensions():
+    big = samplers.targets.IllConditionedGaussian(dim=30, condition_number=4.0)
+    result = samplers.run(samplers.MALA(step_size=0.5), big, jnp.zeros((8, 30)),
+                          key=jax.random.key(0), num_steps=20, progress=False)
+    text = result.summary(max_rows=6, print_it=False)
+    assert "8 chains on 4 device(s)" in text and "rhat" in text and "bias^2" in text
+    rows = [line for line in text.splitlines()
+            if line.startswith(" ") and line.split()[0].isdigit()]
+    assert len(rows) == 6 and "..." in text
+
+
+def test_one_and_four_devices_agree(tmp_path):
+    program = Path(__file__).parent / "programs" / "run_invariance.py"
+    out = {}
+    for n in (1, 4):
+        subprocess.run([sys.executable, str(program), str(n), str(tmp_path / f"{n}.npz")],
+                       check=True, timeout=300)
+        out[n] = np.load(tmp_path / f"{n}.npz")
+    for name in ("position", "rhat", "ess", "b2", "acceptance"):
+        np.testing.assert_allclose(out[4][name], out[1][name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("bad", [0, 7])
+def test_invalid_chunk_size_still_runs_or_explains(bad):
+    if bad == 0:
+        result = go(chunk_size=None)
+        assert result.num_steps == 30
+    else:
+        assert go(chunk_size=bad).state.position.shape == (8, 3)
