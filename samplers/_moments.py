@@ -12,13 +12,16 @@ class Moments(eqx.Module):
 
     Means and sums of squared deviations are kept separately for the first and second
     half of the run (Welford updates), which is what split R-hat needs; `second_moment`
-    is the running mean of `x**2` over every sampling step.
+    is the running mean of `x**2` over every sampling step, and `observable_second_moment`
+    that of the target's observable (`target.observable(x)`, e.g. the funnel's Gaussianized
+    coordinates; `x` itself by default), which b² compares with the reference.
     """
 
     count: Int[Array, "2"] = enn.per_chain()
     mean: Float[Array, "2 dim"] = enn.per_chain()
     m2: Float[Array, "2 dim"] = enn.per_chain()
     second_moment: Float[Array, " dim"] = enn.per_chain()
+    observable_second_moment: Float[Array, " dim"] = enn.per_chain()
 
     @classmethod
     def zeros(cls, dim: int, dtype: jnp.dtype = jnp.float32) -> "Moments":
@@ -27,9 +30,11 @@ class Moments(eqx.Module):
             mean=jnp.zeros((2, dim), dtype),
             m2=jnp.zeros((2, dim), dtype),
             second_moment=jnp.zeros(dim, dtype),
+            observable_second_moment=jnp.zeros(dim, dtype),
         )
 
-    def update(self, x: Float[Array, " dim"], half: Int[Array, ""]) -> "Moments":
+    def update(self, x: Float[Array, " dim"], half: Int[Array, ""],
+               observed: Float[Array, " dim"] | None = None) -> "Moments":
         count = self.count.at[half].add(1)
         n = count[half].astype(x.dtype)
         delta = x - self.mean[half]
@@ -37,7 +42,10 @@ class Moments(eqx.Module):
         m2 = self.m2.at[half].add(delta * (x - mean[half]))
         total = count.sum().astype(x.dtype)
         second = self.second_moment + (x * x - self.second_moment) / total
-        return Moments(count, mean, m2, second)
+        observed = x if observed is None else observed
+        obs = self.observable_second_moment
+        obs = obs + (observed * observed - obs) / total
+        return Moments(count, mean, m2, second, obs)
 
     def chain_mean_var(self) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
         """Mean and (unbiased) variance of the whole chain, pooling both halves."""

@@ -2,7 +2,9 @@
 
 Every function is plain `jax.numpy` code wrapped in `jax.jit` (compiled once per shape), so
 it runs eagerly or inside an outer `jax.jit`, on arrays sharded over the chains axis of an
-Auto or Explicit mesh, with nothing gathered to the host.
+Auto or Explicit mesh, with nothing gathered to the host. The rank-based statistics (`rhat`,
+`ess`) sort over all chains, so they replicate the draws across devices; the moment-based
+ones only reduce over chains.
 
 Two families:
 
@@ -12,8 +14,8 @@ Two families:
   `az.ess(method="bulk" / "tail")` to float precision.
 * From streaming per-chain moments, which is what `samplers.run` keeps instead of draws:
   `split_rhat_from_moments`, `nested_rhat_from_moments` and `ess_from_moments`. Their
-  `var` arguments are the per-chain variances with divisor `n` (that is `E[x²] - E[x]²`
-  over the chain's `n` draws), the form running moments give directly.
+  `var` arguments are the unbiased per-chain variances, `M2 / (n - 1)` of a Welford
+  accumulator over the chain's `n` draws (0 when `n == 1`).
 
 Every result has shape `event`: one number per coordinate.
 
@@ -185,7 +187,7 @@ def _geyer_ess(x: Array) -> Array:
     return jnp.where(spread < jnp.finfo(x.dtype).resolution, size, result)
 
 
-def _within_and_between(
+def _nested_rhat_from_stats(
     mean: Array, within_chain: Array, superchain_size: int, name: str
 ) -> Array:
     """Nested R-hat from per-chain means and (ddof=1, or 0 for single draws) variances."""
@@ -213,10 +215,9 @@ def _within_and_between(
     return jnp.sqrt(1 + between_superchain / within_superchain)
 
 
-def _unbiased(var: Array, n: ArrayLike) -> Array:
-    """Divisor-`n` variance to divisor `n - 1`; 0 when a chain holds a single draw."""
-    n = jnp.asarray(n, var.dtype)
-    return jnp.where(n > 1, var * n / jnp.maximum(n - 1, 1), 0.0)
+def _defined(var: Array, n: ArrayLike) -> Array:
+    """An unbiased variance, or 0 where a chain holds a single draw (it is undefined)."""
+    return jnp.where(jnp.asarray(n) > 1, var, 0.0)
 
 
 # --- from draws ----------------------------------------------------------------------------
@@ -293,7 +294,7 @@ def nested_rhat(draws: Draws, superchain_size: int) -> Float[Array, " *event"]:
         )
     mean = x.mean(axis=1)
     within = jnp.var(x, axis=1, ddof=1) if x.shape[1] > 1 else jnp.zeros_like(mean)
-    return _within_and_between(mean, within, superchain_size, "nested_rhat")
+    return _nested_rhat_from_stats(mean, within, superchain_size, "nested_rhat")
 
 
 @functools.partial(jax.jit, static_argnames="kind")
@@ -340,7 +341,7 @@ def split_rhat_from_moments(
 
     Args:
         mean: per-half means, shape `(2 * num_chains, *event)`, halves in any order.
-        var: per-half variances with divisor `n`, same shape.
+        var: per-half unbiased variances (divisor `n - 1`), same shape.
         n: draws in each half (a number or a scalar array, e.g. a traced step count).
 
     Returns the same value as `split_rhat` on the draws the moments summarize.
@@ -348,13 +349,14 @@ def split_rhat_from_moments(
     Example:
         >>> import jax, samplers
         >>> halves = jax.random.normal(jax.random.key(0), (8, 100))  # 4 chains x 2 halves
-        >>> r = samplers.diagnostics.split_rhat_from_moments(halves.mean(1), halves.var(1), 100)
+        >>> r = samplers.diagnostics.split_rhat_from_moments(
+        ...     halves.mean(1), halves.var(1, ddof=1), 100)
         >>> round(float(r), 2)
         1.0
     """
     mean, var = _float(mean), _float(var)
     n = jnp.asarray(n, mean.dtype)
-    within = _unbiased(var, n).mean(axis=0)
+    within = _defined(var, n).mean(axis=0)
     return jnp.sqrt((n - 1) / n + jnp.var(mean, axis=0, ddof=1) / within)
 
 
@@ -369,7 +371,8 @@ def nested_rhat_from_moments(
 
     Args:
         mean: per-chain means over the last `n` draws, shape `(num_chains, *event)`.
-        var: per-chain variances with divisor `n`, same shape (zeros when `n == 1`).
+        var: per-chain unbiased variances (divisor `n - 1`), same shape; ignored when
+            `n == 1`.
         n: draws per chain (a number or a scalar array).
         superchain_size: chains per superchain; superchains are consecutive chains.
 
@@ -382,7 +385,7 @@ def nested_rhat_from_moments(
         (3,)
     """
     mean, var = _float(mean), _float(var)
-    return _within_and_between(mean, _unbiased(var, n), superchain_size,
+    return _nested_rhat_from_stats(mean, _defined(var, n), superchain_size,
                                "nested_rhat_from_moments")
 
 
@@ -406,21 +409,23 @@ def ess_from_moments(
 
     Args:
         chain_means: per-chain means, shape `(num_chains, *event)`.
-        chain_vars: per-chain variances with divisor `n`, same shape.
+        chain_vars: per-chain unbiased variances (divisor `n - 1`), same shape.
         n: draws per chain (a number or a scalar array).
 
     Example:
         >>> import jax, samplers
         >>> draws = jax.random.normal(jax.random.key(0), (256, 10))
-        >>> e = samplers.diagnostics.ess_from_moments(draws.mean(1), draws.var(1), 10)
+        >>> e = samplers.diagnostics.ess_from_moments(draws.mean(1), draws.var(1, ddof=1), 10)
         >>> 2000 < float(e) <= 2560
         True
     """
     chain_means, chain_vars = _float(chain_means), _float(chain_vars)
     num_chains = chain_means.shape[0]
+    n = jnp.asarray(n, chain_means.dtype)
     var_means = jnp.var(chain_means, axis=0, ddof=1)
-    var_total = chain_vars.mean(axis=0) + var_means
-    upper = num_chains * jnp.asarray(n, chain_means.dtype)
+    within = _defined(chain_vars, n).mean(axis=0) * (n - 1) / n  # divisor n, as ArviZ
+    var_total = within + var_means
+    upper = num_chains * n
     # Identical chain means (e.g. constant chains): no evidence of error, every draw counts.
     result = jnp.where(var_means > 0, num_chains * var_total / var_means, upper)
     return jnp.clip(result, 0.0, upper)

@@ -24,6 +24,7 @@ import warnings
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
@@ -155,8 +156,9 @@ class IllConditionedGaussian(Target):
         self.dim = dim
         self.variances = jnp.logspace(0.0, math.log10(condition_number), dim)
         if rotated:
-            q, r = jnp.linalg.qr(jax.random.normal(jax.random.key(seed), (dim, dim)))
-            self.rotation = q * jnp.sign(jnp.diag(r))  # sign fix makes q Haar-distributed
+            # Host NumPy: deterministic whatever JAX's PRNG settings, and no compilation.
+            q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))
+            self.rotation = jnp.asarray(q * np.sign(np.diag(r)))  # sign fix: Haar-distributed
             diag_cov = self.rotation**2 @ self.variances
         else:
             self.rotation = None
@@ -380,11 +382,13 @@ class LogisticRegression(Target):
     def __init__(self, num_data: int = 1000, num_features: int = 10, seed: int = 0,
                  reference: Moments | None = None):
         self.dim, self.num_data, self.reference = num_features, num_data, reference
-        k_x, k_w, k_y = jax.random.split(jax.random.key(seed), 3)
-        self.X = jax.random.normal(k_x, (num_data, num_features)) / math.sqrt(num_features)
-        self.true_weights = jax.random.normal(k_w, (num_features,))
-        probability = jax.nn.sigmoid(self.X @ self.true_weights)
-        self.y = jax.random.bernoulli(k_y, probability).astype(self.X.dtype)
+        # Host NumPy: the same data whatever JAX's PRNG settings, and no compilation.
+        rng = np.random.default_rng(seed)
+        X = rng.standard_normal((num_data, num_features)) / math.sqrt(num_features)
+        true_weights = rng.standard_normal(num_features)
+        y = rng.uniform(size=num_data) < 1 / (1 + np.exp(-X @ true_weights))
+        self.X, self.y = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+        self.true_weights = jnp.asarray(true_weights, jnp.float32)
 
     def _log_likelihoods(self, x: Float[Array, " dim"], features: Array,
                          labels: Array) -> Array:
@@ -412,43 +416,57 @@ class LogisticRegression(Target):
         """A draw from the prior, which is broad compared with the posterior."""
         return jax.random.normal(key, (self.dim,))
 
-    @eqx.filter_jit
-    def laplace(self, num_iterations: int = 30) -> tuple[Array, Array]:
-        """Mode and covariance of the Laplace approximation: Newton's method on the log
-        posterior (strictly concave here, so Newton from the origin converges)."""
+    def _mode_and_precision(self, num_iterations: int = 30) -> tuple[Array, Array]:
+        """Posterior mode by Newton's method from the origin (the log posterior is strictly
+        concave, so it converges), and the negative Hessian there."""
+
+        def precision_at(w):
+            p = jax.nn.sigmoid(self.X @ w)
+            return (self.X.T * (p * (1 - p))) @ self.X + jnp.eye(self.dim), p
 
         def newton(_, w):
-            p = jax.nn.sigmoid(self.X @ w)
+            precision, p = precision_at(w)
             grad = self.X.T @ (self.y - p) - w
-            precision = (self.X.T * (p * (1 - p))) @ self.X + jnp.eye(self.dim)
-            return w + jnp.linalg.solve(precision, grad)
+            return w + jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(precision), True), grad)
 
         mode = jax.lax.fori_loop(0, num_iterations, newton, jnp.zeros(self.dim))
-        p = jax.nn.sigmoid(self.X @ mode)
-        precision = (self.X.T * (p * (1 - p))) @ self.X + jnp.eye(self.dim)
-        return mode, jnp.linalg.inv(precision)
+        return mode, precision_at(mode)[0]
+
+    @eqx.filter_jit
+    def laplace(self) -> tuple[Float[Array, " dim"], Float[Array, "dim dim"]]:
+        """Mean and covariance of the Laplace approximation: the posterior mode and the
+        inverse negative Hessian of the log posterior there."""
+        mode, precision = self._mode_and_precision()
+        chol = jnp.linalg.cholesky(precision)
+        return mode, jax.scipy.linalg.cho_solve((chol, True), jnp.eye(self.dim))
 
     @eqx.filter_jit
     def _importance_sample(self, num_draws: int, key: PRNGKeyArray,
-                           dof: float) -> tuple[Array, Array]:
+                           dof: int) -> tuple[Array, Array]:
         """Draws from the Laplace multivariate-t proposal and their log weights."""
-        mode, cov = self.laplace()
-        chol = jnp.linalg.cholesky(cov)
+        mode, precision = self._mode_and_precision()
+        chol = jnp.linalg.cholesky(precision)
         k_z, k_g = jax.random.split(key)
         z = jax.random.normal(k_z, (num_draws, self.dim))
-        chi2_over_dof = 2.0 * jax.random.gamma(k_g, dof / 2, (num_draws,)) / dof
-        t = z / jnp.sqrt(chi2_over_dof)[:, None]
-        draws = mode + t @ chol.T
+        # chi² with integer dof as a sum of squares: cheaper to compile than a gamma draw.
+        chi2 = (jax.random.normal(k_g, (num_draws, dof)) ** 2).sum(axis=1)
+        t = z / jnp.sqrt(chi2 / dof)[:, None]
+        # Covariance precision⁻¹ = L⁻ᵀ L⁻¹, so L⁻ᵀ t has the Laplace covariance.
+        draws = mode + jax.scipy.linalg.solve_triangular(chol, t.T, lower=True, trans="T").T
         # The multivariate t density up to a constant, which self-normalization cancels.
         log_q = -0.5 * (dof + self.dim) * jnp.log1p((t**2).sum(axis=1) / dof)
-        log_p = jax.lax.map(self, draws, batch_size=1024)  # bounded memory
+        batch = max(1, 2**22 // self.num_data)  # bounds the logits held at once (~16 MB)
+        if num_draws <= batch:
+            log_p = jax.vmap(self)(draws)
+        else:
+            log_p = jax.lax.map(self, draws, batch_size=batch)
         return draws, log_p - log_q
 
     def compute_reference(self, num_draws: int, key: PRNGKeyArray,
-                          dof: float = 5.0) -> Moments:
+                          dof: int = 5) -> Moments:
         """Reference moments by self-normalized importance sampling.
 
-        The proposal is a multivariate t with `dof` degrees of freedom centred on the
+        The proposal is a multivariate t with `dof` (an integer) degrees of freedom centred on the
         posterior mode, with the Laplace covariance as scale matrix. Its tails are heavier
         than the posterior's, so the weights are bounded and the estimate is consistent.
 
@@ -465,8 +483,12 @@ class LogisticRegression(Target):
             >>> moments = target.compute_reference(20_000, jax.random.key(0))
             >>> moments.second_moment.shape
             (4,)
+            >>> target = samplers.targets.LogisticRegression(500, 4, reference=moments)
         """
-        draws, log_w = self._importance_sample(num_draws, key, dof)
+        if int(dof) != dof or dof < 1:
+            raise enn.EnsembleError(f"compute_reference: dof must be a positive integer, "
+                                    f"got {dof!r}.")
+        draws, log_w = self._importance_sample(num_draws, key, int(dof))
         weights = jnp.exp(log_w - log_w.max())
         n_eff = float(weights.sum() ** 2 / (weights**2).sum())
         if n_eff < 0.1 * num_draws:

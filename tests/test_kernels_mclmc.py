@@ -94,6 +94,8 @@ def test_velocity_update_solves_the_isokinetic_ode_and_keeps_unit_norm():
 def test_integrators_keep_unit_velocity_and_count_gradients(name, grads):
     integrator = iso.get_integrator(name)
     assert integrator.grads_per_step == grads
+    assert samplers.MCLMC(0.1, 1.0, integrator=name).grads_per_step == grads
+    assert samplers.AdjustedMCLMC(0.1, 5, integrator=name).grads_per_step == 5 * grads
     calls = []
 
     def banana(x):  # non-Gaussian, so the gradient direction keeps changing
@@ -204,8 +206,9 @@ def test_invariance_check_has_power_against_a_wrong_energy():
 def test_mclmc_small_step_second_moments_are_close_to_exact(preconditioned):
     """Time-and-ensemble average of x^2 over 200 steps of 1024 chains, step 0.5, L=3."""
     n = 1024
+    # Same array structure either way, so both cases share one compilation.
     kernel = samplers.MCLMC(step_size=0.5, L=3.0,
-                            inverse_mass_matrix=SIGMA**2 if preconditioned else 1.0)
+                            inverse_mass_matrix=SIGMA**2 if preconditioned else jnp.ones(DIM))
     x0 = SIGMA * jax.random.normal(jax.random.key(20), (n, DIM))
     _, (x2, energy) = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(21), 200,
                                  record=lambda s, info: (s.position**2, info.energy_change))
@@ -255,9 +258,66 @@ def test_hyperparameters_per_chain_and_schedules(mesh):
     kernel = samplers.AdjustedMCLMC(step_size=schedule,
                                     num_integration_steps=enn.PerChainValue(num_steps),
                                     L_proposal_factor=1.25)
-    state, info = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(32), steps,
-                             mesh=mesh)
-    expected = jnp.stack([schedule(t) for t in range(steps)])
-    np.testing.assert_array_equal(info.step_size, jnp.broadcast_to(expected, (n, steps)))
+    state, (info, in_program) = run_chains(
+        kernel, gaussian_logdensity, x0, jax.random.key(32), steps, mesh=mesh,
+        record=lambda s, info: (info, jnp.asarray(schedule(s.count - 1), jnp.float32)))
+    # Bitwise the schedule at the step's count; eager evaluation may differ by float32
+    # rounding of the fused `cos`.
+    np.testing.assert_array_equal(info.step_size, in_program)
+    expected = np.array([schedule(t) for t in range(steps)], np.float32)
+    np.testing.assert_allclose(info.step_size, np.broadcast_to(expected, (n, steps)),
+                               rtol=1e-6, atol=0)
     np.testing.assert_array_equal(info.num_grads, jnp.repeat(2 * num_steps[:, None], steps, 1))
     assert bool(jnp.all(jnp.isfinite(state.position)))
+
+
+# --- through the driver: ill-conditioned Gaussian, 256 chains on the 4-device mesh --------
+
+NUM_CHAINS = 256
+GAUSSIAN = samplers.targets.IllConditionedGaussian(dim=10, condition_number=100.0)
+
+
+def _initial_positions():
+    # The target's default start: Gaussian with twice the target's standard deviations.
+    keys = jax.random.split(jax.random.key(40), NUM_CHAINS)
+    return jax.vmap(GAUSSIAN.initial_position)(keys)
+
+
+@pytest.mark.slow
+def test_mclmc_converges_on_ill_conditioned_gaussian(mesh):
+    """Budget: 20 warmup + 50 sampling steps x 2 grads = 140 gradients per chain.
+
+    Fixed step size 1.0 and L = 3 (~sqrt(d)) with the preconditioner equal to the known
+    variances (so the whitened target is isotropic; the condition number is 100).
+    """
+    kernel = samplers.MCLMC(step_size=1.0, L=3.0, inverse_mass_matrix=GAUSSIAN.variances)
+    result = samplers.run(kernel, GAUSSIAN, _initial_positions(), key=jax.random.key(41),
+                          num_warmup=20, num_steps=50, mesh=mesh, chunk_size=50,
+                          progress=False)
+    assert float(result.diagnostics.bias_squared_max) < 0.01  # stricter than 0.05
+    np.testing.assert_array_equal(result.num_grads, 140)
+    np.testing.assert_array_equal(result.num_divergent, 0)
+    np.testing.assert_array_equal(result.state.count, 70)
+
+
+@pytest.mark.slow
+def test_adjusted_mclmc_converges_on_ill_conditioned_gaussian(explicit_mesh):
+    """Budget: 10 warmup + 20 sampling transitions x 3 steps x 2 grads = 180 gradients.
+
+    Fixed step size 5.0, 3 integration steps, preconditioner equal to the known variances,
+    and Langevin noise inside the trajectory (L_proposal_factor=1.25). Without the noise this
+    trajectory length (15) is about half a period of the whitened isotropic Gaussian, so each
+    proposal nearly reflects x -> -x, x^2 barely changes, and chains started too wide stay
+    too wide (b^2_max ~ 1.1 at this budget): the noise is what removes that resonance.
+    """
+    kernel = samplers.AdjustedMCLMC(step_size=5.0, num_integration_steps=3,
+                                    inverse_mass_matrix=GAUSSIAN.variances,
+                                    L_proposal_factor=1.25)
+    result = samplers.run(kernel, GAUSSIAN, _initial_positions(), key=jax.random.key(42),
+                          num_warmup=10, num_steps=20, mesh=explicit_mesh, chunk_size=20,
+                          progress=False)
+    assert float(result.diagnostics.bias_squared_max) < 0.01
+    acceptance = float(jnp.mean(result.acceptance_rate))
+    assert 0.6 < acceptance < 0.98, acceptance
+    np.testing.assert_array_equal(result.num_grads, 180)
+    assert int(jnp.sum(result.num_divergent)) == 0

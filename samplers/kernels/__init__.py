@@ -2,6 +2,7 @@
 
 from .adjusted_mclmc import AdjustedMCLMC as AdjustedMCLMC
 from .adjusted_mclmc import AdjustedMCLMCState as AdjustedMCLMCState
+from .ensemble_moves import DifferentialEvolution, Stretch
 from .ghmc import GHMC, GHMCState
 from .hmc import HMC
 from .mala import MALA, GradientState

@@ -13,7 +13,10 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+import ensemblenn as enn
 
 from .._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resolve, select
 from ..isokinetic import (
@@ -90,9 +93,14 @@ class AdjustedMCLMC(Sampler):
 
     @property
     def grads_per_step(self) -> int:
-        """Gradients per integrator step (a transition costs `num_integration_steps` times
-        this)."""
-        return self.integrator_fn.grads_per_step
+        """Gradients per transition: `num_integration_steps` times the integrator's cost
+        (per-chain values are averaged, a schedule is read at step 0). `Info.num_grads`
+        reports the exact per-chain, per-step count."""
+        n = self.num_integration_steps
+        if isinstance(n, enn.PerChainValue):
+            n = np.mean(np.asarray(n.value))
+        n = max(1, int(np.round(np.asarray(resolve(n, 0)))))
+        return n * self.integrator_fn.grads_per_step
 
     def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
              key: PRNGKeyArray) -> AdjustedMCLMCState:
@@ -159,7 +167,7 @@ class AdjustedMCLMC(Sampler):
         info = Info(
             acceptance_rate=prob.astype(jnp.float32),
             is_divergent=is_divergent,
-            num_grads=(num_steps * self.grads_per_step).astype(jnp.int32),
+            num_grads=(num_steps * self.integrator_fn.grads_per_step).astype(jnp.int32),
             energy_change=jnp.where(finite, energy_change, 0.0).astype(jnp.float32),
             step_size=jnp.asarray(step_size, jnp.float32),
         )

@@ -15,7 +15,19 @@ from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
 
 
 class GHMCState(GradientState):
-    """A GHMC chain state: the gradient state plus the persistent momentum."""
+    """A GHMC chain state: the gradient state plus the persistent momentum.
+
+    `init` draws the first momentum from `N(0, M)`. If the mass matrix changes between
+    steps (adaptation), the kept momentum is only approximately `N(0, M_new)` until the
+    refreshes forget it.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> kernel = samplers.GHMC(step_size=0.1, momentum_persistence=0.9)
+        >>> state = kernel.init(lambda x: -0.5 * (x**2).sum(), jnp.zeros(3), jax.random.key(0))
+        >>> state.momentum.shape, int(state.count)
+        ((3,), 0)
+    """
 
     momentum: Float[Array, " dim"]
 
@@ -42,7 +54,8 @@ class GHMC(Sampler):
         momentum_persistence: `alpha` in `[0, 1]`.
         damping: `gamma >= 0`; exclusive with `momentum_persistence`.
         inverse_mass_matrix: `M^{-1}`, scalar, `(dim,)` or `(dim, dim)`.
-        divergence_threshold: an energy error above this (or non-finite) is divergent.
+        divergence_threshold: (keyword-only) an energy error above this (or a
+            non-finite one) is reported divergent.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers

@@ -37,7 +37,8 @@ class HMC(Sampler):
             `step_size * num_integration_steps`); rounded to an integer, at least 1.
         inverse_mass_matrix: `M^{-1}`, scalar, `(dim,)` or `(dim, dim)`.
         jitter: draw the number of steps per transition, see above.
-        divergence_threshold: an energy error above this (or non-finite) is divergent.
+        divergence_threshold: (keyword-only) an energy error above this (or a
+            non-finite one) is reported divergent.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers

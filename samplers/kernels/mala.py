@@ -12,7 +12,15 @@ from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
 
 class GradientState(State):
     """A chain state that also stores the gradient of the log-density at `position`, so a
-    step only differentiates at the proposal."""
+    step only differentiates at the proposal (MALA and HMC use it).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> state = samplers.HMC(0.1, 5).init(lambda x: -0.5 * (x**2).sum(), jnp.ones(2),
+        ...                                   jax.random.key(0))
+        >>> isinstance(state, samplers.GradientState), state.grad.tolist()
+        (True, [-1.0, -1.0])
+    """
 
     grad: Float[Array, " dim"]
 
@@ -29,8 +37,8 @@ class MALA(Sampler):
     Attributes:
         step_size: `h`: a number, a broadcast array, an `enn.PerChainValue` or an optax
             schedule of the step count.
-        divergence_threshold: an energy error above this (or a non-finite one) is reported
-            divergent.
+        divergence_threshold: (keyword-only) an energy error above this (or a
+            non-finite one) is reported divergent.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers

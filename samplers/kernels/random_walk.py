@@ -58,10 +58,11 @@ class RandomWalk(Sampler):
 
     Attributes:
         step_size: the proposal's standard deviation: a number, a broadcast array (a
-            `(dim,)` array gives one scale per coordinate), an `enn.PerChainValue` or an
-            optax schedule of the step count.
-        divergence_threshold: a proposal whose log-density falls more than this below the
-            current one (or is not finite) is reported divergent.
+            `(dim,)` array gives one scale per coordinate, and `Info.step_size` then
+            reports that vector), an `enn.PerChainValue` or an optax schedule of the step
+            count.
+        divergence_threshold: (keyword-only) a proposal whose log-density falls more
+            than this below the current one (or is not finite) is reported divergent.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers

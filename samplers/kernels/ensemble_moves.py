@@ -1,0 +1,278 @@
+"""Gradient-free ensemble moves: the affine-invariant stretch move and differential evolution.
+
+Each walker (chain) proposes a move built from the positions of *other* walkers, so these
+kernels need the whole ensemble: `step` gathers every walker's position with
+`enn.chain_all_gather` and must run inside `enn.ensemble_map`, which `samplers.run` does.
+Called anywhere else it raises `enn.CollectiveError`.
+
+Red/blue split: the ensemble is cut by global chain index into a first half (walkers
+`0 .. n/2 - 1`) and a second half (`n/2 .. n - 1`), wherever the walkers live on the mesh.
+One `step` moves the first half with the second half held fixed as the complementary set,
+gathers again, then moves the second half against the *updated* first half. Given a fixed
+complement each walker's sub-step is an ordinary Metropolis-Hastings update whose proposal
+does not depend on the walker itself, so each sub-step leaves the product of the targets
+invariant, and so does their composition.
+
+Cost: a walker keeps its log-density in its state, so a move evaluates the target once, at
+the proposal. Under `vmap` every walker nevertheless computes a proposal and its
+log-density in *both* sub-steps and the inactive half's result is discarded: a full
+`step`, which moves every walker once, costs 2 log-density evaluations per walker and no
+gradients.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+import ensemblenn as enn
+
+from .._sampler import Hyper, Info, Logdensity, Sampler, State, resolve, select
+from .random_walk import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count
+
+MIN_WALKERS = 4
+"""Fewest walkers: each half needs two, since differential evolution draws a pair j != k."""
+
+
+def _half_size(kernel: str) -> int:
+    """Walkers per half, after checking the ensemble size (a Python int, so at trace time)."""
+    n = enn.num_chains()
+    if n % 2 or n < MIN_WALKERS:
+        raise enn.ChainCountError(
+            f"{kernel} splits the ensemble into two halves of at least {MIN_WALKERS // 2} "
+            f"walkers each, so it needs an even number of walkers >= {MIN_WALKERS}; got {n}."
+            f"\n  fix: start from e.g. {max(MIN_WALKERS, n + n % 2)} positions (a multiple of "
+            "the device count); ensemble moves work best with many more walkers than "
+            "dimensions."
+        )
+    return n // 2
+
+
+def _concrete(value: Hyper) -> np.ndarray | None:
+    """A hyperparameter's value if it is known before the run (not a schedule or tracer)."""
+    if isinstance(value, enn.PerChainValue):
+        value = value.value
+    if value is None or callable(value) or isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return None
+
+
+class _RedBlueMove(Sampler):
+    """A Metropolis-Hastings move of one walker against the complementary half of the
+    ensemble; subclasses supply `proposal` and `scale`."""
+
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
+                                            kw_only=True)
+
+    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
+                 ensemble: Float[Array, "chains dim"], start: int, size: int,
+                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+        """The proposed position and the log proposal correction
+        `log q(position | proposed) - log q(proposed | position)` (Jacobian included).
+
+        `ensemble` holds every walker's position in global chain order; the complementary
+        half is `ensemble[start : start + size]`, and only it may be used.
+        """
+        raise NotImplementedError
+
+    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
+        """The scalar hyperparameter reported as `Info.step_size`."""
+        raise NotImplementedError
+
+    @property
+    def grads_per_step(self) -> int:
+        return 0
+
+    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
+             key: PRNGKeyArray) -> State:
+        # Inside the ensemble the walker count is known at trace time: fail before the run.
+        # Outside it (a single state, e.g. for inspection) there is nothing to check yet.
+        try:
+            _half_size(type(self).__name__)
+        except enn.CollectiveError:
+            pass
+        position = jnp.asarray(position)
+        return State(position, log_density(logdensity, position), jnp.int32(0))
+
+    def _move(self, logdensity: Logdensity, state: State, ensemble: Array, start: int,
+              size: int, key: PRNGKeyArray) -> tuple[State, Info]:
+        """One MH update of this walker against `ensemble[start : start + size]`."""
+        key_proposal, key_accept = jax.random.split(key)
+        proposed, correction = self.proposal(key_proposal, state.position, ensemble, start,
+                                             size, state.count)
+        logp = log_density(logdensity, proposed)
+        log_ratio = logp - state.logdensity + correction
+        accept, info = metropolis_info(
+            key_accept, -log_ratio, num_grads=0,
+            step_size=self.scale(state.position, state.count),
+            divergence_threshold=self.divergence_threshold,
+        )
+        new = eqx.tree_at(lambda s: (s.position, s.logdensity), state, (proposed, logp))
+        return select(accept, new, state), info
+
+    def step(self, logdensity: Logdensity, state: State,
+             key: PRNGKeyArray) -> tuple[State, Info]:
+        half = _half_size(type(self).__name__)
+        in_second = enn.chain_index() >= half
+        keys = jax.random.split(key, 2)
+        infos = []
+        # Sub-step 0 moves the first half against the second; sub-step 1 the second half
+        # against the first as it is *after* sub-step 0, hence the second gather.
+        for moving, start in ((0, half), (1, 0)):
+            ensemble = enn.chain_all_gather(state.position)
+            moved, info = self._move(logdensity, state, ensemble, start, half, keys[moving])
+            active = in_second if moving else ~in_second
+            state = select(active, moved, state)
+            infos.append(info)
+        return next_count(state), select(in_second, infos[1], infos[0])
+
+
+class Stretch(_RedBlueMove):
+    """The affine-invariant stretch move of Goodman & Weare (2010), emcee's default move.
+
+    Walker `x` picks `x_j` uniformly from the complementary half and proposes
+    `y = x_j + z (x - x_j)` with `z` drawn from `g(z) ∝ 1/sqrt(z)` on `[1/a, a]`; it accepts
+    with probability `min(1, z^(d-1) p(y) / p(x))`, `d` the dimension. The move is invariant
+    under affine maps of the space, so a linear change of variables (e.g. a correlated or
+    badly scaled Gaussian) does not slow it down; the walkers' own spread sets the scale.
+
+    The ensemble only explores the affine hull of its starting points: start the walkers at
+    distinct points spanning every dimension (a small Gaussian ball is fine), with more
+    walkers than dimensions (`2 d` at least; a few times that is better).
+
+    One `step` moves the first half of the walkers (by global chain index), then the second
+    half against the updated first half (see the module docstring), and costs 2
+    log-density evaluations per walker (one of them discarded under `vmap`) and no
+    gradients. `step` needs the whole ensemble, so it only runs inside `enn.ensemble_map`
+    (as `samplers.run` calls it); elsewhere it raises `enn.CollectiveError`. The ensemble
+    must have an even number of walkers, at least 4 (`enn.ChainCountError` otherwise).
+
+    Attributes:
+        a: the stretch scale, `> 1`, a scalar: a number, a scalar array, an
+            `enn.PerChainValue` or an optax schedule of the step count. Reported as
+            `Info.step_size`.
+        divergence_threshold: (keyword-only) a proposal whose log-density falls more than
+            this below the current one (or is not finite) is reported divergent.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=100.0)
+        >>> x0 = jax.random.normal(jax.random.key(0), (32, 3))
+        >>> result = samplers.run(samplers.Stretch(a=2.0), target, x0, key=jax.random.key(1),
+        ...                       num_steps=400, num_warmup=100, progress=False)
+        >>> result.state.position.shape, int(result.num_grads.sum())
+        ((32, 3), 0)
+        >>> ratio = result.diagnostics.second_moment / target.reference.second_moment
+        >>> [round(float(r)) for r in ratio]  # E[x²] matches despite variances 1 to 100
+        [1, 1, 1]
+    """
+
+    a: Hyper = 2.0
+
+    def __check_init__(self) -> None:
+        a = _concrete(self.a)
+        if a is not None and not np.all(a > 1):
+            raise enn.EnsembleError(
+                f"Stretch needs a > 1 (z is drawn from [1/a, a]), got a={self.a!r}.\n  fix: "
+                "a=2.0 is the usual choice.")
+
+    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
+        return resolve(self.a, count).astype(jnp.result_type(position))
+
+    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
+                 ensemble: Float[Array, "chains dim"], start: int, size: int,
+                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+        key_j, key_z = jax.random.split(key)
+        a = self.scale(position, count)
+        anchor = ensemble[start + jax.random.randint(key_j, (), 0, size)]
+        # Inverse CDF of g(z) ∝ 1/sqrt(z) on [1/a, a]: sqrt(z) is uniform on
+        # [1/sqrt(a), sqrt(a)], i.e. z = (1 + (a - 1) u)^2 / a.
+        u = jax.random.uniform(key_z, (), position.dtype)
+        z = (1 + (a - 1) * u) ** 2 / a
+        proposed = anchor + z * (position - anchor)
+        # The map x -> y stretches all d directions by z; with g(1/z) = z g(z) the
+        # correction is z^(d-1).
+        return proposed, (position.shape[-1] - 1) * jnp.log(z)
+
+
+class DifferentialEvolution(_RedBlueMove):
+    """Differential-evolution Markov chain (ter Braak 2006) on the red/blue ensemble.
+
+    Walker `x` draws two distinct walkers `x_j`, `x_k` from the complementary half and
+    proposes `y = x + gamma (x_j - x_k) + eps`, `eps ~ N(0, sigma² I)`. The proposal is
+    symmetric (swapping `j` and `k` is as likely), so it accepts with probability
+    `min(1, p(y) / p(x))`. The jumps follow the ensemble's spread, so their scale and
+    orientation adapt to the target without gradients. A schedule that sets `gamma = 1`
+    every few steps lets walkers jump between modes of similar shape.
+
+    Start the walkers at distinct points spanning every dimension (the small `eps` alone
+    would take long to widen a degenerate ensemble), with more walkers than dimensions.
+
+    Same structure and cost as `Stretch`: one `step` moves the first half of the walkers
+    against the second, then the second against the updated first; 2 log-density
+    evaluations per walker per step (one discarded under `vmap`), no gradients; only
+    inside `enn.ensemble_map` / `samplers.run`; an even number of walkers, at least 4.
+
+    Attributes:
+        gamma: the jump scale: None for ter Braak's `2.38 / sqrt(2 d)`, or a number, a
+            broadcast array (a `(dim,)` array scales each coordinate), an
+            `enn.PerChainValue` or an optax schedule of the step count. Reported as
+            `Info.step_size` (its mean over coordinates).
+        sigma: the standard deviation of the small Gaussian jitter `eps`, which makes the
+            chain irreducible; same kinds of value as `gamma`.
+        divergence_threshold: (keyword-only) a proposal whose log-density falls more than
+            this below the current one (or is not finite) is reported divergent.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=100.0)
+        >>> x0 = jax.random.normal(jax.random.key(0), (32, 3))
+        >>> every_tenth = lambda count: jnp.where(count % 10 == 9, 1.0, 2.38 / jnp.sqrt(6.0))
+        >>> result = samplers.run(samplers.DifferentialEvolution(gamma=every_tenth), target,
+        ...                       x0, key=jax.random.key(1), num_steps=400, num_warmup=100,
+        ...                       progress=False)
+        >>> ratio = result.diagnostics.second_moment / target.reference.second_moment
+        >>> [round(float(r)) for r in ratio]  # E[x²] matches despite variances 1 to 100
+        [1, 1, 1]
+    """
+
+    gamma: Hyper = None
+    sigma: Hyper = 1e-5
+
+    def __check_init__(self) -> None:
+        gamma, sigma = _concrete(self.gamma), _concrete(self.sigma)
+        if gamma is not None and not np.all(gamma > 0):
+            raise enn.EnsembleError(
+                f"DifferentialEvolution needs gamma > 0, got gamma={self.gamma!r}.\n  fix: "
+                "gamma=None uses 2.38 / sqrt(2 dim).")
+        if sigma is not None and not np.all(sigma >= 0):
+            raise enn.EnsembleError(
+                f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}.")
+
+    def _gamma(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Array:
+        dtype = jnp.result_type(position)
+        if self.gamma is None:
+            # ter Braak's optimum for a Gaussian target: the jump's scale is then that of
+            # the target's, 2.38 / sqrt(d), since x_j - x_k has twice the target variance.
+            return jnp.asarray(2.38 / (2 * position.shape[-1]) ** 0.5, dtype)
+        return resolve(self.gamma, count).astype(dtype)
+
+    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
+        return jnp.mean(self._gamma(position, count))
+
+    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
+                 ensemble: Float[Array, "chains dim"], start: int, size: int,
+                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+        key_j, key_k, key_eps = jax.random.split(key, 3)
+        j = jax.random.randint(key_j, (), 0, size)
+        # k uniform over the other size - 1 walkers of the half: an offset in [1, size).
+        k = (j + jax.random.randint(key_k, (), 1, size)) % size
+        difference = ensemble[start + j] - ensemble[start + k]
+        sigma = resolve(self.sigma, count).astype(position.dtype)
+        eps = sigma * jax.random.normal(key_eps, position.shape, position.dtype)
+        proposed = position + self._gamma(position, count) * difference + eps
+        return proposed, jnp.zeros((), position.dtype)
