@@ -4,6 +4,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -67,4 +68,9 @@ def place(x: Any, mesh: Any, spec: P) -> Any:
     if not isinstance(x, jax.core.Tracer):
         if getattr(x, "sharding", None) == sharding:
             return x
+        if (isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+                and not sharding.is_fully_addressable):
+            # Across processes device_put refuses key arrays; their raw data it places.
+            data = jax.device_put(jax.random.key_data(x), sharding)
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
     return jax.device_put(x, sharding)

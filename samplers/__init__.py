@@ -20,6 +20,7 @@ from . import isokinetic
 from .kernels import SGHMC, SGLD, AdjustedMCLMC, AdjustedMCLMCState, MCLMC, MCLMCState
 from .kernels import SGHMCState, SGLDState
 # --- ensemble moves (Stretch, DifferentialEvolution) ---
+from .kernels import DifferentialEvolution, Stretch
 # --- diagnostics and targets ---
 from . import diagnostics, targets
 # --- driver ---
@@ -28,3 +29,11 @@ from ._moments import Moments
 from ._result import Diagnostics, Result
 from ._run import run
 # --- adaptation ---
+from . import adaptation
+from .adaptation import AdaptationInfo, EnsembleAdaptation
+from .adaptation import ChEES, MEADS
+from .adaptation import LAPS
+# --- reliability: checkpoints, multi-process, arviz ---
+from . import arviz, checkpoint, distributed
+from .checkpoint import CheckpointError, CheckpointMismatchError
+from . import ensembles

@@ -29,8 +29,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=500)
     run.add_argument("--devices", type=int, default=4, help="simulated CPU devices")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", default=None, help="folder for diagnostics.json (and plot)")
+    run.add_argument("--out", default=None,
+                     help="folder for diagnostics.json and convergence.png (the plot needs "
+                          "matplotlib; with --out, b² is tracked at every step for it)")
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--checkpoint", default=None, metavar="DIR",
+                     help="save the run in DIR as it goes, so that --resume can continue it")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run saved in --checkpoint DIR (or start it afresh)")
     return p
 
 
@@ -70,7 +76,10 @@ def make_sampler(name: str, target: Any) -> tuple[Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.resume and not args.checkpoint:
+        cli.error("--resume needs --checkpoint DIR")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + f" --xla_force_host_platform_device_count={args.devices}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -85,19 +94,41 @@ def main(argv: list[str] | None = None) -> int:
     positions = jax.vmap(target.initial_position)(jax.random.split(k_init, args.chains))
     print(f"{args.sampler} on {args.target} (d={target.dim}): {args.chains} chains, "
           f"{jax.device_count()} devices", flush=True)
+    resumed_from = None
+    if args.resume and os.path.isfile(os.path.join(args.checkpoint,
+                                                   samplers.checkpoint.FILENAME)):
+        resumed_from = samplers.checkpoint.inspect(args.checkpoint)["step"]
+        print(f"resuming from the checkpoint at step {resumed_from}", flush=True)
     tick = time.perf_counter()
-    result = samplers.run(sampler, target, positions, key=k_run, num_steps=args.steps,
-                          num_warmup=0 if adaptation is not None else args.warmup,
-                          adaptation=adaptation, superchain_size=4,
-                          progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        result = samplers.run(sampler, target, positions, key=k_run, num_steps=args.steps,
+                              num_warmup=0 if adaptation is not None else args.warmup,
+                              adaptation=adaptation, superchain_size=4,
+                              track_bias=args.out is not None,
+                              progress=not args.no_progress and sys.stderr.isatty(),
+                              checkpoint_dir=args.checkpoint, resume=args.resume)
+    except samplers.CheckpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     jax.block_until_ready(result.state.position)
     seconds = time.perf_counter() - tick
     result.summary()
     print(f"wall time {seconds:.1f} s")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+        from ._plots import convergence_plot
+
+        note = convergence_plot(result, os.path.join(args.out, "convergence.png"),
+                                f"{args.sampler} on {args.target}")
+        if note:
+            print(f"note: {note}")
+        report = _diagnostics_json(result, seconds)
+        report.update(sampler=args.sampler, target=args.target, devices=jax.device_count(),
+                      checkpoint=args.checkpoint, resumed_from_step=resumed_from,
+                      plot=None if note else "convergence.png", plot_note=note)
         with open(os.path.join(args.out, "diagnostics.json"), "w") as f:
-            json.dump(_diagnostics_json(result, seconds), f, indent=2)
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.out}/diagnostics.json" + ("" if note else " and convergence.png"))
     return 0
 
 

@@ -49,6 +49,7 @@ class Result(eqx.Module):
         trace: `(num_chains, num_draws, dim)` thinned draws if `thin` was given.
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
+        superchain_size: the run's superchain size (nested R-hat), or None.
     """
 
     state: Any = enn.per_chain()
@@ -63,6 +64,7 @@ class Result(eqx.Module):
     adaptation_info: Any = None
     num_steps: int = eqx.field(static=True, default=0)
     num_warmup: int = eqx.field(static=True, default=0)
+    superchain_size: int | None = eqx.field(static=True, default=None)
 
     @property
     def num_chains(self) -> int:
@@ -104,9 +106,16 @@ class Result(eqx.Module):
                 continue
             lines.append(f"{r:>6} " + " ".join(f"{cols[n][r]:>11.4g}" for n in cols))
         text = "\n".join(lines)
-        if print_it:
+        if print_it and jax.process_index() == 0:  # several processes: print once
             print(text)
         return text
+
+    def to_arviz(self, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
+        """The trace as an `arviz.InferenceData` (needs `thin=` in `samplers.run`, and
+        ArviZ); see `samplers.arviz.to_arviz` for the groups and coordinates."""
+        from .arviz import to_arviz
+
+        return to_arviz(self, var_name=var_name, superchain_size=superchain_size)
 
 
 def _device_count(x: Any) -> int:

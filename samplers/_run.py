@@ -1,5 +1,6 @@
 """`samplers.run`: the one driver, a scan over steps inside `ensemble_map`."""
 
+import functools
 import math
 import sys
 import time
@@ -14,6 +15,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
+from . import checkpoint as _checkpoint
+from . import distributed as _distributed
 from ._adaptation import Adaptation
 from ._moments import Moments
 from ._progress import Progress
@@ -64,6 +67,7 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
     """
     from . import diagnostics as diag
 
+    observe = getattr(logdensity, "observable", lambda x: x)
     dim = carry.state.position.shape[-1]
     draws = jnp.zeros((config.capacity // config.thin, dim), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
@@ -74,7 +78,9 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
         state, info = sampler.step(logdensity, c.state, jax.random.fold_in(key, t))
         since = t - config.first_sample
         sampling = since >= 0
-        updated = c.moments.update(state.position, (since >= config.half_point).astype(jnp.int32))
+        observed = observe(state.position)
+        updated = c.moments.update(state.position, (since >= config.half_point).astype(jnp.int32),
+                                   observed)
         moments = jax.tree.map(lambda new, old: jnp.where(sampling, new, old), updated, c.moments)
         c = _Carry(
             state,
@@ -88,7 +94,7 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
             draws = jnp.where(keep, draws.at[kept].set(state.position), draws)
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
-            estimate = enn.chain_mean(state.position**2)
+            estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(diag.bias_squared(estimate, reference.second_moment,
                                              reference.second_moment_var))
             bias = bias.at[i].set(b2.astype(jnp.float32))
@@ -107,9 +113,8 @@ def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> 
     from . import diagnostics as diag
     half_mean, half_var = moments.half_mean_var()
     mean, var = moments.chain_mean_var()
-    every = enn.chain_all_gather((half_mean, half_var, mean, var, moments.count,
-                                  moments.second_moment))
-    half_mean, half_var, mean, var, count, second = every
+    every = enn.chain_all_gather((half_mean, half_var, mean, var, moments.count))
+    half_mean, half_var, mean, var, count = every
     dim = mean.shape[-1]
     n_half = count.min()
     rhat = diag.split_rhat_from_moments(half_mean.reshape(-1, dim), half_var.reshape(-1, dim),
@@ -123,7 +128,8 @@ def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> 
     ens_second = enn.chain_mean(moments.second_moment)
     b2_max = b2_mean = None
     if reference is not None:
-        b2_max, b2_mean = diag.bias_squared(ens_second, reference.second_moment,
+        observed_second = enn.chain_mean(moments.observable_second_moment)
+        b2_max, b2_mean = diag.bias_squared(observed_second, reference.second_moment,
                                             reference.second_moment_var)
     return Diagnostics(
         mean=ens_mean,
@@ -135,6 +141,44 @@ def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> 
         bias_squared_max=b2_max,
         bias_squared_mean=b2_mean,
     )
+
+
+def _on_mesh_of(x: Any, fn: Any) -> Any:
+    """`fn(x)` with `x`'s mesh as the context mesh: eager operations on arrays sharded over
+    an Explicit mesh need it."""
+    sharding = getattr(x, "sharding", None)
+    if isinstance(x, jax.core.Tracer) or not isinstance(sharding, jax.sharding.NamedSharding):
+        return fn(x)
+    with jax.set_mesh(sharding.mesh):
+        return fn(x)
+
+
+def _check_logdensity(logdensity: Any, positions: Any) -> None:
+    """The log-density must map one position to a scalar."""
+    one = jax.ShapeDtypeStruct(np.shape(positions)[1:], positions.dtype)
+    try:
+        out = jax.eval_shape(logdensity, one)
+    except TypeError:
+        return  # e.g. a minibatch log-density (position, indices): its kernel checks it
+    if not hasattr(out, "shape") or out.shape != ():
+        shape = getattr(out, "shape", type(out).__name__)
+        raise enn.EnsembleError(
+            f"logdensity must return a scalar for ONE position of shape "
+            f"{np.shape(positions)[1:]}, but it returns {shape}.\n  fix: sum the terms, e.g. "
+            "return jnp.sum(log_terms); samplers.run maps it over the chains itself."
+        )
+
+
+def _check_key(key: Any) -> None:
+    typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if (typed and key.shape != ()) or (not typed and (np.shape(key) != (2,)
+                                                       or getattr(key, "dtype", None)
+                                                       != jnp.uint32)):
+        raise enn.EnsembleError(
+            f"key must be one PRNG key (jax.random.key(seed), or a uint32[2] "
+            f"jax.random.PRNGKey), got {getattr(key, 'dtype', type(key).__name__)}"
+            f"{list(np.shape(key))}.\n  fix: key=jax.random.key(0); run makes per-chain keys."
+        )
 
 
 def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any,
@@ -165,6 +209,12 @@ def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any
             f"positions must have shape (num_chains, dim), got shape {shape}.\n  fix: stack one "
             "initial position per chain, e.g. jnp.zeros((num_chains, dim))."
         )
+    dtype = positions.dtype if hasattr(positions, "dtype") else np.asarray(positions).dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise enn.EnsembleError(
+            f"positions must be floating point, got dtype {dtype}.\n  fix: "
+            "positions.astype(jnp.float32)."
+        )
     if not isinstance(positions, jax.core.Tracer):
         finite = np.isfinite(np.asarray(positions))
         if not finite.all():
@@ -193,6 +243,9 @@ def run(
     track_bias: bool = False,
     chunk_size: int | None = None,
     progress: bool | None = None,
+    checkpoint_dir: "_checkpoint.PathLike | None" = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
 ) -> Result:
     """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
 
@@ -218,7 +271,18 @@ def run(
         superchain_size: group consecutive chains into superchains for nested R-hat.
         track_bias: record the ensemble's b² after every sampling step.
         chunk_size: steps per compiled chunk (default: about 20 chunks).
-        progress: show one progress bar for the ensemble (default: when stderr is a tty).
+        progress: show one progress bar for the ensemble (default: when stderr is a tty;
+            with several processes, on process 0 only).
+        checkpoint_dir: a folder to save the run in, so that it can be resumed (see
+            `samplers.checkpoint`); None saves nothing.
+        checkpoint_every: save when the step count (warmup included) passes a multiple
+            of this, at the end of that chunk; None saves after every chunk. A run also
+            saves at its end, and right after adaptation.
+        resume: continue from the checkpoint in `checkpoint_dir` if there is one (else
+            start afresh). Initialisation and adaptation are then skipped, and the result
+            is bitwise the uninterrupted run's on the same device count. A checkpoint of a
+            run with another configuration raises `samplers.CheckpointMismatchError`;
+            with resume=False an existing checkpoint raises `samplers.CheckpointError`.
 
     Returns:
         A `samplers.Result`.
@@ -232,39 +296,70 @@ def run(
         ((8, 3), (3,))
     """
     _check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
+    _check_key(key)
+    positions = jnp.asarray(positions) if isinstance(positions, np.ndarray) else positions
+    _check_logdensity(logdensity, positions)
     if reference is None:
         reference = getattr(logdensity, "reference", None)
     num_chains = int(np.shape(positions)[0])
     k_init, k_adapt, k_run = jax.random.split(key, 3)
     common = dict(mesh=mesh, axis=axis)
     traced = isinstance(positions, jax.core.Tracer) or isinstance(key, jax.core.Tracer)
-    show = (progress if progress is not None else sys.stderr.isatty()) and not traced
+    show = ((progress if progress is not None else sys.stderr.isatty()) and not traced
+            and jax.process_index() == 0)  # several processes: one bar, on process 0
+    # enn.chain_keys, but laid out as global arrays when several processes share the mesh.
+    chain_keys = functools.partial(_distributed.chain_keys, mesh=mesh, axis=axis)
+    store = _checkpoint.open_run(
+        checkpoint_dir, checkpoint_every, resume, traced=traced, key=key, mesh=mesh, axis=axis,
+        sampler=sampler, adaptation=adaptation, logdensity=logdensity, positions=positions,
+        num_steps=num_steps, num_warmup=num_warmup, thin=thin,
+        track_bias=track_bias and reference is not None)
 
-    init = enn.ensemble_map(_init_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
-                            out_roles=PER_CHAIN, **common)
-    state = init(sampler, adaptation, logdensity, positions,
-                 enn.chain_keys(k_init, num_chains))
-    adaptation_info = None
-    if adaptation is not None:
-        adapt = enn.ensemble_map(_adapt_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
-                                 out_roles=(None, PER_CHAIN, None), **common)
-        sampler, state, adaptation_info = adapt(adaptation, sampler, logdensity, state,
-                                                enn.chain_keys(k_adapt, num_chains))
+    def prepare() -> tuple[Any, _Carry, Any]:
+        """Initialisation and adaptation; a resumed run loads their outcome instead."""
+        init = enn.ensemble_map(_init_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+                                out_roles=PER_CHAIN, **common)
+        state = init(sampler, adaptation, logdensity, positions,
+                     chain_keys(k_init, num_chains))
+        if (not traced and jax.process_count() == 1
+                and not isinstance(state.logdensity, jax.core.Tracer)  # resume: shapes only
+                and not bool(jnp.isfinite(state.logdensity).any())):
+            raise enn.EnsembleError(
+                "logdensity is not finite (NaN or -inf) at any initial position, so no chain "
+                "can move.\n  fix: check the log-density and start the chains inside its "
+                "support."
+            )
+        tuned, adaptation_info = sampler, None
+        if adaptation is not None:
+            adapt = enn.ensemble_map(_adapt_chain,
+                                     in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+                                     out_roles=(None, PER_CHAIN, None), **common)
+            tuned, state, adaptation_info = adapt(adaptation, sampler, logdensity, state,
+                                                  chain_keys(k_adapt, num_chains))
 
-    dim = int(np.shape(state.position)[-1])
-    dtype = state.position.dtype
-    zeros = jnp.zeros(num_chains)
-    carry = _Carry(
-        state,
-        jax.vmap(lambda _: Moments.zeros(dim, dtype))(zeros),
-        zeros.astype(jnp.float32),
-        zeros.astype(jnp.int32),
-        zeros.astype(jnp.int32),
-    )
+        dim = int(np.shape(state.position)[-1])
+        dtype = state.position.dtype
+        zeros = jnp.zeros(num_chains)
+        carry = _Carry(
+            state,
+            jax.vmap(lambda _: Moments.zeros(dim, dtype))(zeros),
+            zeros.astype(jnp.float32),
+            zeros.astype(jnp.int32),
+            zeros.astype(jnp.int32),
+        )
+        return tuned, carry, adaptation_info
+
+    keys = chain_keys(k_run, num_chains)
+    saved = store.restore(prepare, keys) if store is not None else None
+    if saved is None:
+        first, trace, bias_history = 0, [], []
+        sampler, carry, adaptation_info = prepare()
+    else:
+        first, trace, bias_history = saved.step, saved.trace_list(), saved.bias_list()
+        sampler, carry, adaptation_info = saved.sampler, saved.carry, saved.adaptation_info
     chunk_fn = enn.ensemble_map(
         _chunk, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
         out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST), **common)
-    keys = enn.chain_keys(k_run, num_chains)
     thin_by = thin or 1
     total = num_warmup + num_steps
     capacity = chunk_size or max(1, math.ceil(total / 20))
@@ -272,8 +367,15 @@ def run(
     config = _Config(capacity, thin_by, num_steps // 2, num_warmup,
                      track_bias and reference is not None, bool(thin))
     bar = Progress(total, enabled=show)
-    trace, bias_history = [], []
-    for start in range(0, total, capacity):
+
+    def save(step: int) -> None:
+        store.save(_checkpoint.Snapshot.of_run(
+            step, sampler, carry, adaptation_info, keys, trace if thin else None,
+            bias_history if config.track_bias else None), total)
+
+    if store is not None and saved is None and adaptation is not None:
+        save(0)  # adaptation can be long: keep its outcome
+    for start in range(first, total, capacity):
         length = min(capacity, total - start)
         tick = time.perf_counter()
         carry, draws, (acc, bias) = chunk_fn(config, sampler, logdensity, carry, keys,
@@ -281,11 +383,14 @@ def run(
         sampled = [t for t in range(start, start + length) if t >= num_warmup]
         if thin:
             kept = sum(1 for t in sampled if (t - num_warmup + 1) % thin_by == 0)
-            trace.append(draws[:, :kept])
+            if kept:
+                trace.append(_on_mesh_of(draws, lambda d: d[:, :kept]))
         if bias is not None and sampled:
-            bias_history.append(bias[sampled[0] - start: length])
+            bias_history.append(_on_mesh_of(bias, lambda b: b[sampled[0] - start: length]))
         bar.update(length, acc, time.perf_counter() - tick,
                    "warmup" if start + length <= num_warmup else "sampling")
+        if store is not None and store.due(start + length, total):
+            save(start + length)
     bar.close()
 
     diagnose = enn.ensemble_map(_diagnose, in_roles=(PER_CHAIN, BROADCAST, None),
@@ -300,9 +405,11 @@ def run(
         acceptance_rate=carry.acceptance / total_steps,
         num_divergent=carry.divergent,
         num_grads=carry.grads,
-        trace=jnp.concatenate(trace, axis=1) if trace else None,
-        bias_history=jnp.concatenate(bias_history, axis=0) if bias_history else None,
+        trace=_on_mesh_of(trace[0], lambda _: jnp.concatenate(trace, axis=1)) if trace else None,
+        bias_history=(_on_mesh_of(bias_history[0], lambda _: jnp.concatenate(bias_history))
+                      if bias_history else None),
         adaptation_info=adaptation_info,
         num_steps=num_steps,
         num_warmup=num_warmup,
+        superchain_size=superchain_size,
     )

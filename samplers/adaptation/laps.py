@@ -1,0 +1,565 @@
+"""LAPS: late-adjusted parallel sampler (Robnik & Seljak, arXiv:2601.16696).
+
+"Metropolis adjustment is best served warm": an ensemble first runs unadjusted MCLMC, which
+approaches the typical set fast but keeps an asymptotic bias, and only then switches to the
+Metropolis-adjusted kernel (MAMS), which removes the bias. Both phases are tuned from
+cross-chain statistics, so they need no per-chain warmup history.
+
+Phases (all inside one `ensemble_map` call of `samplers.run`, one compilation):
+
+0. Every chain's unit velocity points along its gradient; the ensemble's diagonal
+   equipartition `E_ii = <-x_i d_i log p>` (1 at stationarity) flips the components where
+   the ensemble is too concentrated (`E_ii < 1`), so those coordinates first move outwards.
+1. Unadjusted ensemble MCLMC. After every step the ensemble averages `x`, `x²`, `x⁴`, the
+   equipartition and the energy error; from them the momentum decoherence length
+   `L = alpha sqrt(sum_i Var x_i)`, and the step size, driven towards the energy error per
+   dimension `Var(E) / d = C bias^(3/8)` that the equipartition bias can tolerate. It stops
+   after `num_steps1` steps, or earlier once the ensemble mean of `x²` no longer drifts.
+2. Adjusted MCLMC with the phase-1 ensemble variances as diagonal metric; its step size is
+   bisected to the target ensemble acceptance for `num_adaptation_steps` steps, then frozen.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+import ensemblenn as enn
+
+from .. import diagnostics as diag
+from .._adaptation import Adaptation
+from .._sampler import Logdensity, Sampler
+from ..isokinetic import IntegratorName, get_integrator
+from ..kernels.adjusted_mclmc import AdjustedMCLMC, AdjustedMCLMCState
+from ..kernels.mclmc import MCLMC, MCLMCState
+from ._base import finite_chain_mean
+
+__all__ = ["LAPS", "LAPSInfo"]
+
+_GRID = 64  # phase-1 step sizes live on the grid 2^(k / _GRID)
+
+
+class LAPSInfo(eqx.Module):
+    """What a LAPS adaptation reports (the same in every chain).
+
+    Attributes:
+        num_steps1: unadjusted (phase-1) steps taken.
+        stopped_early: phase 1 ended by the drift criterion, before `num_steps1`.
+        stopping_statistic: the last value of that criterion (see `LAPS`).
+        step_size1: the final phase-1 (MCLMC) step size.
+        L: the final phase-1 momentum decoherence length.
+        step_size: the tuned phase-2 step size (also in the returned sampler).
+        num_integration_steps: integrator steps per phase-2 proposal.
+        acceptance: ensemble-mean acceptance of the last phase-2 adaptation step.
+        num_excluded: chain-steps left out of the cross-chain means as non-finite.
+        num_divergent: chain-steps that diverged from a finite state (a phase-1 step that
+            was reverted, or a phase-2 proposal flagged divergent).
+        num_restarted: chains that were non-finite after phase 1 and were restarted from
+            a healthy chain's position.
+        num_grads: gradient evaluations per chain over the whole adaptation.
+        nested_rhat1: nested R-hat per dimension over the last complete window of
+            `save_frac * num_steps1` phase-1 steps (None with fewer than 2 superchains).
+        nested_rhat2: nested R-hat per dimension over the phase-2 adaptation steps.
+        step_size_history1, L_history, stopping_history: phase-1 values per step
+            (entries after `num_steps1` steps are 0).
+        step_size_history2, acceptance_history2: phase-2 values per adaptation step.
+    """
+
+    num_steps1: Int[Array, ""] = enn.broadcast()
+    stopped_early: Bool[Array, ""] = enn.broadcast()
+    stopping_statistic: Float[Array, ""] = enn.broadcast()
+    step_size1: Float[Array, ""] = enn.broadcast()
+    L: Float[Array, ""] = enn.broadcast()
+    step_size: Float[Array, ""] = enn.broadcast()
+    num_integration_steps: Int[Array, ""] = enn.broadcast()
+    acceptance: Float[Array, ""] = enn.broadcast()
+    num_excluded: Int[Array, ""] = enn.broadcast()
+    num_divergent: Int[Array, ""] = enn.broadcast()
+    num_restarted: Int[Array, ""] = enn.broadcast()
+    num_grads: Int[Array, ""] = enn.broadcast()
+    nested_rhat1: Float[Array, " dim"] | None = enn.broadcast()
+    nested_rhat2: Float[Array, " dim"] | None = enn.broadcast()
+    step_size_history1: Float[Array, " num_steps1"] = enn.broadcast()
+    L_history: Float[Array, " num_steps1"] = enn.broadcast()
+    stopping_history: Float[Array, " num_steps1"] = enn.broadcast()
+    step_size_history2: Float[Array, " num_adaptation_steps"] = enn.broadcast()
+    acceptance_history2: Float[Array, " num_adaptation_steps"] = enn.broadcast()
+
+
+class _Welford(eqx.Module):
+    """Running mean and sum of squared deviations of one chain's positions."""
+
+    count: Int[Array, ""]
+    mean: Float[Array, " dim"]
+    m2: Float[Array, " dim"]
+
+    @classmethod
+    def zeros_like(cls, x: Float[Array, " dim"]) -> "_Welford":
+        return cls(jnp.zeros((), jnp.int32), jnp.zeros_like(x), jnp.zeros_like(x))
+
+    def update(self, x: Float[Array, " dim"]) -> "_Welford":
+        count = self.count + 1
+        delta = x - self.mean
+        mean = self.mean + delta / count.astype(x.dtype)
+        return _Welford(count, mean, self.m2 + delta * (x - mean))
+
+
+class _Phase1(eqx.Module):
+    """The phase-1 loop carry (per-chain and ensemble-wide leaves together)."""
+
+    t: Int[Array, ""]
+    state: MCLMCState
+    log2_step_size: Float[Array, ""]  # on the grid of `_GRID`
+    L: Float[Array, ""]
+    imm: Float[Array, " dim"]
+    second: Float[Array, "window dim"]  # ensemble means of x², last `window` steps
+    second_var: Float[Array, "window dim"]  # cross-chain variances of x²
+    first: Float[Array, "window dim"]  # ensemble means of x
+    statistic: Float[Array, ""]
+    stopped: Bool[Array, ""]
+    excluded: Int[Array, ""]
+    divergent: Int[Array, ""]
+    block: _Welford  # this chain, current window-sized block of steps
+    last_block: _Welford  # this chain, last complete block
+    history: Float[Array, "3 num_steps1"]
+
+
+class _Phase2(eqx.Module):
+    state: AdjustedMCLMCState
+    log_step_size: Float[Array, ""]
+    low: Float[Array, ""]  # bisection bracket on log step size
+    high: Float[Array, ""]
+    excluded: Int[Array, ""]
+    divergent: Int[Array, ""]
+    grads: Int[Array, ""]
+    moments: _Welford
+
+
+def _healthy(position: Array, logdensity: Array, grad: Array) -> Bool[Array, ""]:
+    """A chain whose statistics can enter an ensemble mean (x² included)."""
+    return (jnp.isfinite(logdensity) & jnp.all(jnp.isfinite(grad))
+            & jnp.all(jnp.isfinite(position * position)))
+
+
+def _rounded(x: Array) -> Array:
+    """`x` rounded to its dtype before an addition sees it.
+
+    XLA may contract a multiply into the following add (an FMA), and whether it does
+    depends on fusion, hence on the program, hence on the number of chains per device. A
+    multiply by a 1.0 that XLA cannot fold ends the product in a plain rounding (the same
+    trick as `enn.chain_sum`); hyperparameters then come out bitwise the same everywhere.
+    """
+    return x * (1.0 + 0.0 * jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x)))
+
+
+def _sum(x: Array, axis: int = -1) -> Array:
+    """Sum along `axis` in one fixed (balanced-tree) order, whatever XLA vectorises."""
+    x = jnp.moveaxis(_rounded(x), axis, 0)
+    n = x.shape[0]
+    size = 1 << max(n - 1, 0).bit_length()
+    if size != n:
+        x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
+    while x.shape[0] > 1:
+        x = x[0::2] + x[1::2]
+    return x[0]
+
+
+def _mean(x: Array, axis: int = -1) -> Array:
+    return _sum(x, axis) / x.shape[axis]
+
+
+def _snap(x: Array) -> Array:
+    """Round a positive `x` to the grid `2^(k / _GRID)` (relative spacing 1.1 %)."""
+    return jnp.exp2(jnp.round(jnp.log2(x) * _GRID) / _GRID)
+
+
+def _keep_valid(new: Array, old: Array) -> Array:
+    """`new` where it is a finite positive hyperparameter, else `old`."""
+    return jnp.where(jnp.isfinite(new) & (new > 0), new, old)
+
+
+class LAPS(Adaptation):
+    """Late-adjusted parallel sampler: ensemble MCLMC burn-in, then tuned adjusted MCLMC.
+
+    `run` returns a tuned `samplers.AdjustedMCLMC` (its step size, number of integration
+    steps and diagonal inverse mass matrix are arrays, identical in every chain), the
+    chains' phase-2 states, and a `LAPSInfo`. Pass `sampler=None` to `samplers.run`.
+
+    Phase 1 (unadjusted MCLMC, up to `num_steps1` steps): the step size starts at
+    `initial_step_size * sqrt(d)` and is multiplied after every step by
+    `clip((C bias^(3/8) / EEVPD)^(1/6), 0.3, 3)`, where `EEVPD = Var(E) / d` is the
+    cross-chain variance of the energy error per dimension and `bias = mean_i (1 - E_ii)²`
+    the equipartition bias; it is halved after any step in which a chain diverged from a
+    finite state (a chain that is already non-finite is excluded, not allowed to ratchet the
+    step size down for everyone). `L = alpha sqrt(sum_i Var x_i)` (infinite, no noise, on the
+    first step). Non-finite chains are left out of every mean and counted; a hyperparameter
+    update that is not finite and positive is skipped.
+
+    Early stop: the ensemble means of `x²` over the last `window = round(save_frac *
+    num_steps1)` steps are kept; the statistic is their variance over that window in units
+    of the cross-chain variance of `x²` (a b²-like drift), averaged over coordinates, minus
+    the `1 / num_chains` that a stationary ensemble of independent chains would show. Phase
+    1 ends when it falls below `r_end` (at the earliest after `window` steps). Unlike
+    BlackJAX's default (the relative fluctuation of the ensemble mean of `x`, which divides
+    by a mean near zero and never stops on centred targets), this measures `x²` on the scale
+    that the final b² metric uses.
+
+    Phase 2 (adjusted MCLMC): the inverse mass matrix is the ensemble variance averaged
+    over the last phase-1 window (less noisy than a single step's). The trajectory length is
+    the phase-1 `L` expressed in the coordinates whitened by that metric,
+    `trajectory_factor * alpha * sqrt(sum_i Var x_i / m_i)` (about `alpha sqrt(d)`), so
+    `num_integration_steps = clip(round(length / step_size), 1, max_integration_steps)`
+    follows the step size, rather than BlackJAX's fixed 15 steps per proposal; the velocity
+    is partially refreshed inside the trajectory (`L_proposal_factor`). The step size starts
+    at the phase-1 one rescaled to the new metric and is bisected in log space on the
+    ensemble-mean acceptance (doubling/halving until the target is bracketed; a step within
+    `acceptance_tolerance` of the target leaves it unchanged). The integrator and target
+    acceptance default to McLachlan and 0.7 for `d <= 200`, Omelyan and 0.9 above.
+
+    Chains still non-finite after phase 1 are restarted at a healthy chain's position
+    (`restart_diverged`), so one diverged chain does not stay in the samples.
+
+    Attributes:
+        num_steps1: maximum number of phase-1 steps (static).
+        num_adaptation_steps: phase-2 step-size tuning steps (static).
+        alpha: `L` in units of the ensemble's total standard deviation.
+        C: energy-error-per-dimension scale of the phase-1 step-size rule.
+        r_end: early-stop threshold on the drift statistic.
+        save_frac: the early-stop window as a fraction of `num_steps1` (static).
+        early_stop: whether phase 1 may stop before `num_steps1` (static).
+        initial_step_size: the first phase-1 step size divided by `sqrt(d)`.
+        burn_in_integrator: phase-1 integrator (static; leapfrog: one gradient per step).
+        precondition_burn_in: also use the running ensemble variances as the phase-1
+            metric (static; BlackJAX keeps the identity there).
+        integrator: phase-2 integrator, None for the dimension-based default (static).
+        target_acceptance: phase-2 target, None for the integrator's default.
+        acceptance_tolerance: half-width of the accepted band around the target.
+        trajectory_factor: phase-2 trajectory length in units of the whitened `L`.
+        max_integration_steps: cap on integrator steps per proposal (static).
+        L_proposal_factor: in-trajectory refresh length in units of the trajectory length.
+        superchain_size: consecutive chains per superchain for nested R-hat (static).
+        restart_diverged: restart chains that are non-finite after phase 1 (static).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+        >>> laps = samplers.LAPS(num_steps1=60, num_adaptation_steps=10)
+        >>> positions = jax.random.normal(jax.random.key(0), (16, 4))
+        >>> result = samplers.run(None, target, positions, key=jax.random.key(1),
+        ...                       num_steps=20, adaptation=laps, progress=False)
+        >>> type(result.sampler).__name__, result.sampler.inverse_mass_matrix.shape
+        ('AdjustedMCLMC', (4,))
+        >>> bool(result.adaptation_info.num_steps1 <= 60)
+        True
+    """
+
+    num_steps1: int = eqx.field(static=True, default=500)
+    num_adaptation_steps: int = eqx.field(static=True, default=30)
+    alpha: float = 1.9
+    C: float = 0.1
+    r_end: float = 0.01
+    save_frac: float = eqx.field(static=True, default=0.2)
+    early_stop: bool = eqx.field(static=True, default=True)
+    initial_step_size: float = 0.01
+    burn_in_integrator: IntegratorName = eqx.field(static=True, default="leapfrog")
+    precondition_burn_in: bool = eqx.field(static=True, default=True)
+    integrator: IntegratorName | None = eqx.field(static=True, default=None)
+    target_acceptance: float | None = None
+    acceptance_tolerance: float = 0.03
+    trajectory_factor: float = 1.0
+    max_integration_steps: int = eqx.field(static=True, default=64)
+    L_proposal_factor: float = 1.25
+    superchain_size: int = eqx.field(static=True, default=1)
+    restart_diverged: bool = eqx.field(static=True, default=True)
+
+    def __check_init__(self):
+        for name in ("num_steps1", "num_adaptation_steps", "max_integration_steps",
+                     "superchain_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise enn.EnsembleError(f"LAPS: {name} must be an int >= 1, got {value!r}.")
+        if not 0.0 < self.save_frac <= 1.0:
+            raise enn.EnsembleError(f"LAPS: save_frac must be in (0, 1], got "
+                                    f"{self.save_frac!r}.")
+
+    @property
+    def window(self) -> int:
+        """Phase-1 steps the early-stop statistic looks back over."""
+        return max(1, min(self.num_steps1, round(self.save_frac * self.num_steps1)))
+
+    def phase2_settings(self, dim: int) -> tuple[IntegratorName, float]:
+        """`(integrator, target acceptance)` of phase 2 for dimension `dim`."""
+        name = self.integrator or ("mclachlan" if dim <= 200 else "omelyan")
+        target = self.target_acceptance
+        if target is None:
+            target = 0.9 if name == "omelyan" else 0.7
+        return name, target
+
+    def initial_state(self, sampler: Sampler | None, logdensity: Logdensity,
+                      position: Float[Array, " dim"], key: PRNGKeyArray) -> MCLMCState:
+        """An MCLMC state at `position` (one gradient); phase 0 sets its velocity."""
+        if sampler is not None:
+            raise enn.EnsembleError(
+                f"LAPS builds its own kernels (MCLMC, then AdjustedMCLMC); got sampler "
+                f"{type(sampler).__name__}.\n  fix: samplers.run(None, logdensity, positions, "
+                "adaptation=samplers.LAPS(...), ...)."
+            )
+        return MCLMC(step_size=1.0, L=math.inf).init(logdensity, position, key)
+
+    # --- phase 0 -------------------------------------------------------------------------
+
+    def _equipartition_velocity(self, state: MCLMCState) -> tuple[MCLMCState, Array]:
+        x, g = state.position, state.grad
+        # Scale by max|g| first: |g| itself overflows float32 for |g| ~ 1e20.
+        scale = jnp.max(jnp.abs(g))
+        u = g / jnp.where(scale > 0, scale, 1.0)
+        u = u / jnp.linalg.norm(u)
+        usable = jnp.all(jnp.isfinite(u)) & (scale > 0)
+        u = jnp.where(usable, u, state.velocity)
+        equipartition, excluded = finite_chain_mean(-x * g)
+        signs = jnp.where(equipartition >= 1.0, 1.0, -1.0).astype(u.dtype)
+        return eqx.tree_at(lambda s: s.velocity, state, signs * u), excluded
+
+    # --- phase 1 -------------------------------------------------------------------------
+
+    def _phase1_step(self, logdensity: Logdensity, key: PRNGKeyArray,
+                     c: _Phase1) -> _Phase1:
+        dim = c.state.position.shape[-1]
+        window = self.window
+        kernel = MCLMC(step_size=jnp.exp2(c.log2_step_size), L=c.L, inverse_mass_matrix=c.imm,
+                       integrator=self.burn_in_integrator)
+        was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
+        state, info = kernel.step(logdensity, c.state, jax.random.fold_in(key, c.t))
+        x, g = state.position, state.grad
+        x2 = x * x
+        energy = info.energy_change.astype(x.dtype)
+        # One concatenated vector: one cross-chain reduction per step instead of six.
+        stats = jnp.concatenate([x, x2, x2 * x2, -x * g, jnp.stack([energy, energy * energy])])
+        flat, bad = finite_chain_mean(stats)
+        parts = jnp.split(flat, [dim, 2 * dim, 3 * dim, 4 * dim, 4 * dim + 1])
+        means = dict(zip(("x", "x2", "x4", "equipartition", "energy", "energy2"), parts))
+        means["energy"], means["energy2"] = means["energy"][0], means["energy2"][0]
+        # Only divergences that the step itself caused say the step size is too large.
+        fresh = enn.chain_sum((info.is_divergent & was_healthy).astype(jnp.int32))
+        any_ok = bad < enn.num_chains()
+
+        var = jnp.maximum(means["x2"] - _rounded(means["x"] ** 2), 0.0)
+        bias = _mean((1.0 - means["equipartition"]) ** 2)
+        eevpd = jnp.maximum(means["energy2"] - _rounded(means["energy"] ** 2), 0.0) / dim
+        wanted = self.C * bias ** 0.375
+        log2_factor = jnp.clip(jnp.log2(wanted / eevpd) / 6.0, math.log2(0.3), math.log2(3.0))
+        log2_factor = jnp.where(jnp.isfinite(log2_factor), log2_factor, 0.0)  # 0/0: no info
+        # Snap the update to the grid: the energy errors carry the last bits of the user's
+        # log density, which XLA may round differently for another number of chains per
+        # device; on the grid such differences (almost always) vanish, so the whole run is
+        # the same on any device count.
+        log2_factor = jnp.round(log2_factor * _GRID) / _GRID - jnp.where(fresh > 0, 1.0, 0.0)
+        log2_step_size = jnp.where(any_ok, jnp.clip(c.log2_step_size + log2_factor, -60, 60),
+                                   c.log2_step_size)
+        step_size = jnp.exp2(log2_step_size)
+        imm = c.imm
+        if self.precondition_burn_in:
+            imm = jnp.where(any_ok & jnp.isfinite(var) & (var > 0), var, imm)
+        # Identical chains (e.g. all started at one point) have no spread to set L from;
+        # they would stay identical without noise, so then refresh on the step-size scale.
+        fallback = jnp.where(jnp.isfinite(c.L), c.L, step_size)
+        L = jnp.where(any_ok, _keep_valid(self.alpha * jnp.sqrt(_sum(var / imm)), fallback),
+                      c.L)
+
+        slot = c.t % window
+        second = c.second.at[slot].set(jnp.where(any_ok, means["x2"], c.second[slot - 1]))
+        second_var = c.second_var.at[slot].set(
+            jnp.where(any_ok, jnp.maximum(means["x4"] - _rounded(means["x2"] ** 2), 0.0),
+                      c.second_var[slot - 1]))
+        first = c.first.at[slot].set(jnp.where(any_ok, means["x"], c.first[slot - 1]))
+        full = c.t + 1 >= window
+        drift = _mean((second - _mean(second, 0)) ** 2, 0)
+        scale = _mean(second_var, 0)
+        ratio = jnp.where(scale > 0, drift / jnp.where(scale > 0, scale, 1.0), 0.0)
+        floor = 1.0 / jnp.maximum(enn.num_chains() - bad, 1).astype(ratio.dtype)
+        statistic = jnp.where(full, _mean(ratio) - floor, jnp.inf)
+        stopped = full & (statistic < self.r_end) if self.early_stop else jnp.asarray(False)
+
+        block = c.block.update(x)
+        complete = (c.t + 1) % window == 0
+        last_block = jax.tree.map(lambda new, old: jnp.where(complete, new, old), block,
+                                  c.last_block)
+        block = jax.tree.map(lambda z, b: jnp.where(complete, z, b),
+                             _Welford.zeros_like(x), block)
+        history = c.history.at[:, c.t].set(
+            jnp.stack([step_size, L, jnp.where(full, statistic, 0.0)]).astype(jnp.float32))
+        return _Phase1(c.t + 1, state, log2_step_size, L, imm, second, second_var, first,
+                       statistic, stopped, c.excluded + bad, c.divergent + fresh, block,
+                       last_block, history)
+
+    def _phase1(self, logdensity: Logdensity, state: MCLMCState,
+                key: PRNGKeyArray, excluded: Int[Array, ""]) -> _Phase1:
+        x = state.position
+        dim, dtype, window = x.shape[-1], x.dtype, self.window
+        empty = jnp.zeros((window, dim), dtype)
+        zero = _Welford.zeros_like(x)
+        start = _Phase1(
+            t=jnp.int32(0), state=state,
+            log2_step_size=jnp.asarray(
+                round(math.log2(self.initial_step_size * math.sqrt(dim)) * _GRID) / _GRID, dtype),
+            L=jnp.asarray(jnp.inf, dtype), imm=jnp.ones(dim, dtype),
+            second=empty, second_var=empty, first=empty,
+            statistic=jnp.asarray(jnp.inf, dtype), stopped=jnp.asarray(False),
+            excluded=excluded, divergent=jnp.int32(0), block=zero, last_block=zero,
+            history=jnp.zeros((3, self.num_steps1), jnp.float32))
+        return jax.lax.while_loop(
+            lambda c: (c.t < self.num_steps1) & ~c.stopped,
+            lambda c: self._phase1_step(logdensity, key, c), start)
+
+    # --- between the phases --------------------------------------------------------------
+
+    def _restart(self, position: Float[Array, " dim"],
+                 healthy: Bool[Array, ""]) -> tuple[Array, Int[Array, ""]]:
+        """Move every unhealthy chain to a healthy chain's position (round robin)."""
+        every_ok = enn.chain_all_gather(healthy)
+        every_x = enn.chain_all_gather(position)
+        num = every_ok.shape[0]
+        num_ok = every_ok.sum()
+        donors = jnp.nonzero(every_ok, size=num, fill_value=0)[0]
+        rank = jnp.cumsum(~every_ok)[enn.chain_index()] - 1
+        donor = donors[rank % jnp.maximum(num_ok, 1)]
+        restart = ~healthy & (num_ok > 0)
+        new = jnp.where(restart, every_x[donor], position)
+        return new, enn.chain_sum(restart.astype(jnp.int32))
+
+    def _nested_rhat(self, moments: _Welford) -> Float[Array, " dim"] | None:
+        num = enn.num_chains()
+        k = self.superchain_size
+        if num % k:
+            raise enn.EnsembleError(
+                f"LAPS: superchain_size={k} does not divide num_chains={num}; superchains "
+                "are consecutive groups of equal size.")
+        if num // k < 2:
+            return None
+        n = moments.count.astype(moments.mean.dtype)
+        var = moments.m2 / jnp.maximum(n, 1.0)
+        mean, var, count = enn.chain_all_gather((moments.mean, var, moments.count))
+        return diag.nested_rhat_from_moments(mean, var, count.min(), superchain_size=k)
+
+    # --- phase 2 -------------------------------------------------------------------------
+
+    def _phase2_step(self, logdensity: Logdensity, key: PRNGKeyArray, kernel_for: Any,
+                     target: float, c: _Phase2, t: Int[Array, ""]
+                     ) -> tuple[_Phase2, tuple[Array, Array]]:
+        kernel = kernel_for(jnp.exp(c.log_step_size))
+        was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
+        state, info = kernel.step(logdensity, c.state, jax.random.fold_in(key, t))
+        means, bad = finite_chain_mean({"acceptance": info.acceptance_rate,
+                                        "x2": state.position * state.position})
+        acceptance = means["acceptance"]
+        divergent = enn.chain_sum((info.is_divergent & was_healthy).astype(jnp.int32))
+
+        # Log-space bisection: bracket the target (doubling/halving), then split the bracket.
+        # A bracket that noise (or the ensemble moving) has collapsed is reopened on that
+        # side by a modest factor: doubling from a tuned value rejects nearly everything.
+        log_h, low, high = c.log_step_size, c.low, c.high
+        tiny, reopen = math.log(1.01), math.log(1.25)
+        inside = jnp.abs(acceptance - target) <= self.acceptance_tolerance
+        too_small = acceptance > target  # accepting too often: increase the step
+        low = jnp.where(~inside & too_small, log_h, low)
+        high = jnp.where(~inside & ~too_small, log_h, high)
+        collapsed = ~inside & (high - low < tiny)
+        high = jnp.where(collapsed & too_small, log_h + reopen, high)
+        low = jnp.where(collapsed & ~too_small, log_h - reopen, low)
+        bracketed = jnp.isfinite(low) & jnp.isfinite(high)
+        proposal = jnp.where(bracketed, 0.5 * (low + high),
+                             jnp.where(too_small, log_h + math.log(2.0),
+                                       log_h - math.log(2.0)))
+        any_ok = bad < enn.num_chains()
+        log_h = jnp.where(inside | ~any_ok | ~jnp.isfinite(proposal), log_h, proposal)
+
+        grads = info.num_grads  # the same in every chain: num_steps is ensemble-wide
+        new = _Phase2(state, log_h, low, high, c.excluded + bad, c.divergent + divergent,
+                      c.grads + grads, c.moments.update(state.position))
+        return new, (jnp.exp(c.log_step_size).astype(jnp.float32),
+                     acceptance.astype(jnp.float32))
+
+    # --- the whole adaptation ------------------------------------------------------------
+
+    def run(self, sampler: Sampler | None, logdensity: Logdensity, state: MCLMCState,
+            key: PRNGKeyArray) -> tuple[AdjustedMCLMC, AdjustedMCLMCState, LAPSInfo]:
+        """Phases 0-2 for one chain (inside `ensemble_map`); see the class docstring."""
+        x0 = state.position
+        dim, dtype = x0.shape[-1], x0.dtype
+        k1, k2, k_init = jax.random.split(key, 3)
+
+        state, excluded0 = self._equipartition_velocity(state)
+        p1 = self._phase1(logdensity, state, k1, excluded0)
+
+        # Phase-2 metric: the ensemble variance averaged over the last phase-1 window.
+        # Snapped to the grid like the phase-1 step size (0.5 % is far below the metric's
+        # statistical error), so that the tuned sampler is the same on any device count.
+        var = jnp.maximum(_mean(p1.second, 0) - _rounded(_mean(p1.first, 0) ** 2), 0.0)
+        imm = jnp.where(jnp.isfinite(var) & (var > 0), _snap(var), 1.0)
+        length = self.trajectory_factor * self.alpha * jnp.sqrt(_sum(var / imm))
+        length = _keep_valid(length, jnp.asarray(self.alpha * math.sqrt(dim), dtype))
+        # The phase-1 step moves a distance ~ step_size * sqrt(m1); keep that distance.
+        step_size1 = jnp.exp2(p1.log2_step_size)
+        step_size = _snap(step_size1 / jnp.sqrt(_mean(imm / p1.imm)))
+        step_size = _keep_valid(step_size, jnp.asarray(0.1, dtype))
+
+        position = p1.state.position
+        restarted = jnp.int32(0)
+        if self.restart_diverged:
+            healthy = _healthy(position, p1.state.logdensity, p1.state.grad)
+            position, restarted = self._restart(position, healthy)
+
+        name, target = self.phase2_settings(dim)
+
+        def steps_for(h: Array) -> Array:
+            n = jnp.round(length / h)
+            n = jnp.where(jnp.isfinite(n), n, self.max_integration_steps)
+            return jnp.clip(n, 1, self.max_integration_steps).astype(jnp.int32)
+
+        def kernel_for(h: Array) -> AdjustedMCLMC:
+            return AdjustedMCLMC(step_size=h, num_integration_steps=steps_for(h),
+                                 inverse_mass_matrix=imm,
+                                 L_proposal_factor=self.L_proposal_factor, integrator=name)
+
+        kernel = kernel_for(step_size)
+        state2 = kernel.init(logdensity, position, k_init)
+        start = _Phase2(state2, jnp.log(step_size), jnp.asarray(-jnp.inf, dtype),
+                        jnp.asarray(jnp.inf, dtype), jnp.int32(0), jnp.int32(0),
+                        jnp.int32(0), _Welford.zeros_like(position))
+        p2, (h_history, acc_history) = jax.lax.scan(
+            lambda c, t: self._phase2_step(logdensity, k2, kernel_for, target, c, t),
+            start, jnp.arange(self.num_adaptation_steps))
+
+        final_h = jnp.exp(p2.log_step_size)
+        tuned = kernel_for(final_h)
+        grads1 = p1.t * get_integrator(self.burn_in_integrator).grads_per_step
+        info = LAPSInfo(
+            num_steps1=p1.t,
+            stopped_early=p1.stopped,
+            stopping_statistic=p1.statistic,
+            step_size1=step_size1,
+            L=p1.L,
+            step_size=final_h,
+            num_integration_steps=steps_for(final_h),
+            acceptance=acc_history[-1],
+            num_excluded=p1.excluded + p2.excluded,
+            num_divergent=p1.divergent + p2.divergent,
+            num_restarted=restarted,
+            num_grads=2 + grads1 + p2.grads,  # + the two initialisations
+            nested_rhat1=self._nested_rhat(p1.last_block),
+            nested_rhat2=self._nested_rhat(p2.moments),
+            step_size_history1=p1.history[0],
+            L_history=p1.history[1],
+            stopping_history=p1.history[2],
+            step_size_history2=h_history,
+            acceptance_history2=acc_history,
+        )
+        return tuned, p2.state, info
+
+    @property
+    def grads_per_chain(self) -> int | None:
+        return None  # early stopping and the adaptive trajectory make it data dependent
+

@@ -1,0 +1,294 @@
+"""Checkpoint and resume of `samplers.run`: bitwise continuation, atomic saves, clear errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ensemblenn as enn
+import samplers
+from samplers import checkpoint
+
+PROGRAM = Path(__file__).parent / "programs" / "checkpoint_run.py"
+RUN = dict(num_chains=8, dim=3, num_steps=40, num_warmup=10, thin=5, chunk_size=10,
+           checkpoint_every=30)
+
+
+def make_run(sampler=None):
+    """The run every test here (and programs/checkpoint_run.py) continues or compares."""
+    target = samplers.targets.IllConditionedGaussian(dim=RUN["dim"], condition_number=4.0)
+    positions = jax.random.normal(jax.random.key(3), (RUN["num_chains"], RUN["dim"]))
+    kwargs = dict(key=jax.random.key(11), num_steps=RUN["num_steps"],
+                  num_warmup=RUN["num_warmup"], thin=RUN["thin"], chunk_size=RUN["chunk_size"],
+                  track_bias=True, superchain_size=4, progress=False)
+    return sampler or samplers.MALA(step_size=0.5), target, positions, kwargs
+
+
+def outcome(result):
+    """Everything a resumed run must reproduce, as host arrays."""
+    return {
+        "position": np.asarray(result.state.position),
+        "mean": np.asarray(result.moments.mean),
+        "m2": np.asarray(result.moments.m2),
+        "second": np.asarray(result.moments.second_moment),
+        "trace": np.asarray(result.trace),
+        "bias": np.asarray(result.bias_history),
+        "acceptance": np.asarray(result.acceptance_rate),
+        "rhat": np.asarray(result.diagnostics.rhat),
+        "ess": np.asarray(result.diagnostics.ess),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The uninterrupted run on the 4 test devices."""
+    sampler, target, positions, kwargs = make_run()
+    return outcome(samplers.run(sampler, target, positions, **kwargs))
+
+
+class Interrupt(Exception):
+    pass
+
+
+def interrupted_run(monkeypatch, folder, *, after_step, sampler=None, **extra):
+    """Run with checkpoints and stop right after the save at `after_step` (a preemption)."""
+    save = checkpoint.Checkpointer.save
+
+    def save_then_stop(self, snapshot, total):
+        save(self, snapshot, total)
+        if snapshot.step >= after_step:
+            raise Interrupt
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_stop)
+    sampler, target, positions, kwargs = make_run(sampler)
+    with pytest.raises(Interrupt):
+        samplers.run(sampler, target, positions, checkpoint_dir=folder, **extra, **kwargs)
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+
+
+def test_resume_in_process_is_bitwise(tmp_path, monkeypatch, reference):
+    interrupted_run(monkeypatch, tmp_path, after_step=30, checkpoint_every=15)
+    header = checkpoint.inspect(tmp_path)
+    assert header["step"] == 30 and header["total_steps"] == 50
+    assert header["num_draws"] == 4  # sampling steps 10..29, every 5th kept
+    sampler, target, positions, kwargs = make_run()
+    result = samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True,
+                          **kwargs)
+    for name, expected in reference.items():
+        np.testing.assert_array_equal(outcome(result)[name], expected, err_msg=name)
+    assert checkpoint.inspect(tmp_path)["step"] == 50
+
+    # A complete checkpoint resumes to the same result without stepping again.
+    again = samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True,
+                         **kwargs)
+    for name, expected in reference.items():
+        np.testing.assert_array_equal(outcome(again)[name], expected, err_msg=name)
+
+
+class HalveStepSize(samplers.Adaptation):
+    """A cheap ensemble adaptation: step size from a cross-chain mean (an array field)."""
+
+    def run(self, sampler, logdensity, state, key):
+        spread = enn.chain_mean(jnp.abs(state.position).mean())
+        tuned = eqx.tree_at(lambda s: s.step_size, sampler, 0.25 + 0.0 * spread)
+        return tuned, state, {"step_size": tuned.step_size}
+
+
+def test_resume_after_adaptation_restores_the_tuned_sampler(tmp_path, monkeypatch):
+    sampler, target, positions, kwargs = make_run()
+    straight = samplers.run(sampler, target, positions, adaptation=HalveStepSize(), **kwargs)
+    interrupted_run(monkeypatch, tmp_path, after_step=0, adaptation=HalveStepSize())
+    assert checkpoint.inspect(tmp_path)["step"] == 0  # saved right after adaptation
+    resumed = samplers.run(sampler, target, positions, adaptation=HalveStepSize(),
+                           checkpoint_dir=tmp_path, resume=True, **kwargs)
+    assert isinstance(resumed.sampler, samplers.MALA)
+    assert float(resumed.sampler.step_size) == 0.25
+    assert float(resumed.adaptation_info["step_size"]) == 0.25
+    for name, expected in outcome(straight).items():
+        np.testing.assert_array_equal(outcome(resumed)[name], expected, err_msg=name)
+
+
+def test_checkpoint_of_another_sampler_is_a_clear_error(tmp_path, monkeypatch):
+    interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
+    _, target, positions, kwargs = make_run()
+    with pytest.raises(checkpoint.CheckpointMismatchError) as err:
+        samplers.run(samplers.RandomWalk(step_size=0.5), target, positions,
+                     checkpoint_dir=tmp_path, resume=True, **kwargs)
+    message = str(err.value)
+    assert "'MALA' in the checkpoint, 'RandomWalk' in this run" in message
+    assert isinstance(err.value, enn.EnsembleError) and "fix:" in message
+
+    # Same class, other hyperparameters; other step counts; another key.
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="hyperparameters differ"):
+        samplers.run(samplers.MALA(step_size=0.4), target, positions,
+                     checkpoint_dir=tmp_path, resume=True, **kwargs)
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="num_steps: 40 in the"):
+        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
+                     resume=True, **{**kwargs, "num_steps": 80})
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="the key differ"):
+        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
+                     resume=True, **{**kwargs, "key": jax.random.key(12)})
+
+
+def test_existing_checkpoint_needs_resume_and_bad_arguments_are_errors(tmp_path, monkeypatch):
+    interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
+    sampler, target, positions, kwargs = make_run()
+    with pytest.raises(checkpoint.CheckpointError, match="pass resume=True"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, **kwargs)
+    with pytest.raises(checkpoint.CheckpointError, match="need a checkpoint_dir"):
+        samplers.run(sampler, target, positions, resume=True, **kwargs)
+    with pytest.raises(checkpoint.CheckpointError, match="checkpoint_every must be"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, checkpoint_every=0,
+                     **kwargs)
+    with pytest.raises(checkpoint.CheckpointError, match="inside jax.jit"):  # traced inputs
+        checkpoint.open_run(tmp_path, None, True, traced=True, key=kwargs["key"],
+                            sampler=sampler, adaptation=None, logdensity=target,
+                            positions=positions, num_steps=40, num_warmup=10, thin=5,
+                            track_bias=True)
+
+
+def test_corrupt_or_foreign_files_are_clear_errors(tmp_path, monkeypatch):
+    interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
+    path = tmp_path / checkpoint.FILENAME
+    blob = bytearray(path.read_bytes())
+    blob[-3] ^= 0xFF  # one flipped bit in the last array
+    path.write_bytes(bytes(blob))
+    sampler, target, positions, kwargs = make_run()
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
+    path.write_bytes(bytes(blob[: len(blob) // 2]))  # truncated
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.inspect(tmp_path)
+    path.write_bytes(b"\x80\x04K\x01.")  # a pickle is not a checkpoint, and is never loaded
+    with pytest.raises(checkpoint.CheckpointError, match="not a samplers checkpoint"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    checkpoint._write_atomic(tmp_path / "f", b"{}", b"old payload")
+    old = (tmp_path / "f").read_bytes()
+
+    def fail(path):
+        assert path.exists() and path.name.startswith(".f.tmp-")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "_mid_write_hook", fail)
+    with pytest.raises(OSError):
+        checkpoint._write_atomic(tmp_path / "f", b"{}", b"new payload, never complete")
+    assert (tmp_path / "f").read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the temp file is gone
+
+    # In a run: the failed save is a CheckpointError and the previous checkpoint stays.
+    calls = []
+
+    def fail_second(path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "_mid_write_hook", fail_second)
+    sampler, target, positions, kwargs = make_run()
+    with pytest.raises(checkpoint.CheckpointError, match="disk full"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path / "run",
+                     checkpoint_every=10, **kwargs)
+    assert checkpoint.inspect(tmp_path / "run")["step"] == 10
+
+
+@pytest.mark.slow
+def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
+    """A save killed mid-write leaves the previous checkpoint. Other processes resume from
+    it: this one (4 devices) bitwise, a fresh one on 2 devices to 1e-6."""
+    folder = tmp_path / "ckpt"
+    proc = subprocess.Popen([sys.executable, str(PROGRAM), "4", str(folder), "kill"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=PROGRAM.parent)
+    try:
+        deadline = time.monotonic() + 240
+        line = ""
+        while "MIDWRITE" not in line:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                pytest.fail(f"the run ended before its mid-write pause:\n{proc.stderr.read()}")
+            assert time.monotonic() < deadline, "no mid-write pause within 240 s"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    names = sorted(p.name for p in folder.iterdir())
+    assert names[0].startswith(".checkpoint.enn.tmp-") and names[1:] == ["checkpoint.enn"]
+    assert checkpoint.inspect(folder)["step"] == RUN["checkpoint_every"]  # the previous one
+
+    other = tmp_path / "ckpt2"
+    shutil.copytree(folder, other)
+    two = subprocess.Popen([sys.executable, str(PROGRAM), "2", str(other), "resume",
+                            str(tmp_path / "two.npz")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=PROGRAM.parent)
+    try:
+        sampler, target, positions, kwargs = make_run()
+        same = outcome(samplers.run(sampler, target, positions, checkpoint_dir=folder,
+                                    resume=True, **kwargs))
+        _, err = two.communicate(timeout=240)
+    finally:
+        if two.poll() is None:
+            two.kill()
+            two.wait()
+    assert two.returncode == 0, err
+    two = np.load(tmp_path / "two.npz")
+    for name, expected in reference.items():
+        np.testing.assert_array_equal(same[name], expected, err_msg=name)
+        np.testing.assert_allclose(two[name], expected, rtol=1e-6, atol=1e-6, err_msg=name)
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # stale temp removed
+
+
+@pytest.mark.slow
+def test_cli_checkpoint_resume_plot_and_json(tmp_path):
+    """`python -m samplers run --checkpoint DIR [--resume] --out DIR` at a tiny size."""
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    base = [sys.executable, "-m", "samplers", "run", "--target", "gaussian", "--dim", "3",
+            "--sampler", "mala", "--chains", "8", "--steps", "20", "--warmup", "10",
+            "--devices", "2", "--no-progress", "--checkpoint", str(ckpt)]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+    def cli(*extra):
+        return subprocess.run(base + list(extra), capture_output=True, text=True, timeout=240,
+                              env=env, cwd=tmp_path)
+
+    first = cli("--out", str(out))
+    assert first.returncode == 0, first.stderr
+    report = json.loads((out / "diagnostics.json").read_text())
+    assert report["devices"] == 2 and report["checkpoint"] == str(ckpt)
+    assert len(report["rhat"]) == 3 and report["resumed_from_step"] is None
+    try:
+        import matplotlib  # noqa: F401
+
+        assert report["plot"] == "convergence.png"
+        assert (out / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    except ImportError:
+        assert report["plot"] is None and "matplotlib" in report["plot_note"]
+    assert checkpoint.inspect(ckpt)["step"] == 30
+
+    again = cli("--out", str(tmp_path / "out2"), "--resume")  # complete: loads, no steps
+    assert again.returncode == 0, again.stderr
+    assert "resuming from the checkpoint at step 30" in again.stdout
+    resumed = json.loads((tmp_path / "out2" / "diagnostics.json").read_text())
+    assert resumed["resumed_from_step"] == 30
+    for name in ("rhat", "nested_rhat", "ess", "bias_squared_max", "acceptance_rate"):
+        assert resumed[name] == report[name], name
+
+    clash = cli()  # no --resume, no --out (so no b² tracking): refuses to overwrite
+    assert clash.returncode == 2 and "already holds a checkpoint" in clash.stderr
