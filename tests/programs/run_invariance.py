@@ -8,7 +8,6 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import samplers  # noqa: E402
