@@ -56,6 +56,7 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
+from ensemblenn import _jax_private
 
 __all__ = [
     "FILENAME",
@@ -270,9 +271,7 @@ def _host_like(template: Any) -> Any:
 def _weak(x: Array) -> Array:
     """`x` as a weakly typed array, as the run held it (weak types change promotion)."""
     try:
-        from jax._src.lax.lax import _convert_element_type  # private; no public spelling
-
-        return _convert_element_type(x, weak_type=True)
+        return _jax_private.as_weakly_typed(x)
     except Exception:  # noqa: BLE001 - an API change costs only the weak type
         return x
 

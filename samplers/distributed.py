@@ -37,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
+from ensemblenn import _jax_private
 
 __all__ = [
     "chain_keys",
@@ -72,9 +73,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _backends_started() -> bool:
-    from jax._src import xla_bridge  # private: whether a backend exists already
-
-    return bool(getattr(xla_bridge, "_backends", {}))
+    return _jax_private.backends_started()
 
 
 def _pin_gloo_to(host: str) -> bool:
@@ -82,17 +81,7 @@ def _pin_gloo_to(host: str) -> bool:
     hostname (which may resolve to a public interface). Private JAX API, so guarded: on
     failure the default (hostname) is kept and False is returned."""
     try:
-        from jax._src import distributed as jdist
-        from jax._src import xla_bridge
-        from jax._src.lib import _jax
-
-        def make_cpu_client() -> Any:
-            collectives = _jax.make_gloo_tcp_collectives(
-                distributed_client=jdist.global_state.client, hostname=host)
-            return xla_bridge.make_cpu_client(collectives=collectives)
-
-        xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0,
-                                            fail_quietly=False)
+        _jax_private.pin_cpu_collectives_to(host)
         return True
     except Exception:  # noqa: BLE001 - only the pinning is lost
         return False

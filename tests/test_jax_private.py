@@ -33,3 +33,19 @@ def test_is_batched_over_under_an_outer_vmap():
         jnp.ones((3, 2)), w), axis_name="outer")
     outer(jnp.ones((4, 2)))
     assert seen == {"w": False}  # mapped by the outer vmap, not by ours
+
+
+def test_as_weakly_typed_marks_weak_type():
+    x = _jax_private.as_weakly_typed(jnp.ones(3, jnp.float32))
+    assert jax.typeof(x).weak_type
+    assert (x + jnp.ones(3, jnp.bfloat16)).dtype == jnp.bfloat16  # weak: promotes downwards
+
+
+def test_backend_and_collectives_internals_exist():
+    assert _jax_private.backends_started() is True  # conftest ran jax already
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    assert hasattr(_jax, "make_gloo_tcp_collectives")
+    assert callable(xla_bridge.register_backend_factory) and callable(xla_bridge.make_cpu_client)
+    assert hasattr(distributed.global_state, "client")
