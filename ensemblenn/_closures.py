@@ -55,6 +55,13 @@ def shard_map_captures(closed: Any) -> list[str]:
 
     An empty list means every array inside each `shard_map` in `closed` is an explicit
     operand: the invariant ensemble_map guarantees.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> data = jnp.arange(3.0)
+        >>> f = enn.ensemble_map(lambda x: x * data.sum(), in_roles=enn.PER_CHAIN)
+        >>> enn.shard_map_captures(jax.make_jaxpr(f)(jnp.ones(4)))
+        []
     """
     bad: list[str] = []
 

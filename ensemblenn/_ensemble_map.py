@@ -237,7 +237,20 @@ def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
 
 
 class EnsembleMapped:
-    """A per-chain function lifted to the whole ensemble by `ensemble_map`."""
+    """A per-chain function lifted to the whole ensemble by `ensemble_map`.
+
+    Called inside another ensemble over the same axis, it runs its function for the one
+    chain at hand, so mapped functions compose.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> double = enn.ensemble_map(lambda x: 2 * x, in_roles=enn.PER_CHAIN)
+        >>> isinstance(double, enn.EnsembleMapped), double(jnp.arange(4.0)).tolist()
+        (True, [0.0, 2.0, 4.0, 6.0])
+        >>> shifted = enn.ensemble_map(lambda x: double(x) + 1, in_roles=enn.PER_CHAIN)
+        >>> shifted(jnp.arange(4.0)).tolist()
+        [1.0, 3.0, 5.0, 7.0]
+    """
 
     def __init__(self, fn: Callable, *, mesh: Any, axis: str, in_roles: Any, out_roles: Any,
                  closures: str, strict: bool):
@@ -362,8 +375,8 @@ class EnsembleMapped:
             raise ChainCountError(
                 f"{n} chains cannot be split evenly over the {devices} devices of mesh axis "
                 f"{self.axis!r} (per-chain leaves: {paths}).\n  fix: use a multiple of "
-                f"{devices} chains, e.g. {max(devices, n // devices * devices)} or "
-                f"{(n // devices + 1) * devices}, or a mesh with fewer devices."
+                f"{devices} chains (e.g. {(n // devices + 1) * devices}), or a mesh with "
+                "fewer devices."
             )
 
 

@@ -23,7 +23,15 @@ ROLE_METADATA_KEY = "ensemblenn.role"
 
 
 class Role(enum.Enum):
-    """How an array leaf is partitioned over the ensemble."""
+    """How an array leaf is partitioned over the ensemble.
+
+    Example:
+        >>> import ensemblenn as enn
+        >>> enn.Role.PER_CHAIN is enn.PER_CHAIN, enn.Role("broadcast")
+        (True, enn.BROADCAST)
+        >>> [role.value for role in enn.Role]
+        ['per-chain', 'broadcast']
+    """
 
     PER_CHAIN = "per-chain"
     BROADCAST = "broadcast"

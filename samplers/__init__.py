@@ -10,30 +10,59 @@ Example:
     (8, 4)
 """
 
-from ._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resolve, select
-from ._sampler import unadjusted_info
-
-# --- kernels: gradient-based (RandomWalk, MALA, HMC, GHMC) ---
-from .kernels import GHMC, HMC, MALA, GHMCState, GradientState, RandomWalk
-# --- kernels: MCLMC family and SG-MCMC ---
-from . import isokinetic
-from .kernels import SGHMC, SGLD, AdjustedMCLMC, AdjustedMCLMCState, MCLMC, MCLMCState
-from .kernels import SGHMCState, SGLDState
-# --- ensemble moves (Stretch, DifferentialEvolution) ---
-from .kernels import DifferentialEvolution, Stretch
-# --- diagnostics and targets ---
-from . import diagnostics, targets
-# --- driver ---
+from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
+from . import isokinetic, targets
 from ._adaptation import Adaptation
-from ._moments import Moments
+from ._moments import ChainMoments
 from ._result import Diagnostics, Result
 from ._run import run
-# --- adaptation ---
-from . import adaptation
-from .adaptation import AdaptationInfo, EnsembleAdaptation
-from .adaptation import ChEES, MEADS
-from .adaptation import LAPS
-# --- reliability: checkpoints, multi-process, arviz ---
-from . import arviz, checkpoint, distributed
+from ._sampler import (
+    Hyper,
+    Info,
+    Logdensity,
+    Sampler,
+    State,
+    metropolis,
+    resolve,
+    select,
+    unadjusted_info,
+)
+from .adaptation import LAPS, MEADS, AdaptationInfo, ChEES, EnsembleAdaptation
 from .checkpoint import CheckpointError, CheckpointMismatchError
-from . import ensembles
+from .kernels import (
+    GHMC,
+    HMC,
+    MALA,
+    MCLMC,
+    SGHMC,
+    SGLD,
+    AdjustedMCLMC,
+    AdjustedMCLMCState,
+    DifferentialEvolution,
+    GHMCState,
+    GradientState,
+    MCLMCState,
+    RandomWalk,
+    SGHMCState,
+    SGLDState,
+    Stretch,
+)
+
+__all__ = [
+    # the driver and its result
+    "run", "Result", "Diagnostics", "ChainMoments",
+    # writing kernels
+    "Sampler", "State", "Info", "Hyper", "Logdensity", "resolve", "metropolis", "select",
+    "unadjusted_info",
+    # kernels
+    "RandomWalk", "MALA", "HMC", "GHMC", "MCLMC", "AdjustedMCLMC", "SGLD", "SGHMC", "Stretch",
+    "DifferentialEvolution", "GradientState", "GHMCState", "MCLMCState", "AdjustedMCLMCState",
+    "SGLDState", "SGHMCState",
+    # ensemble adaptation
+    "Adaptation", "EnsembleAdaptation", "AdaptationInfo", "LAPS", "ChEES", "MEADS",
+    # reliability
+    "CheckpointError", "CheckpointMismatchError",
+    # submodules
+    "adaptation", "arviz", "checkpoint", "diagnostics", "distributed", "ensembles",
+    "integrators", "isokinetic", "targets",
+]

@@ -17,6 +17,21 @@ class Adaptation(eqx.Module):
     the same in every chain and come back once (broadcast). It returns the tuned sampler
     (possibly of another class: LAPS ends with an adjusted kernel), the warmed-up state
     for that sampler, and any per-run information to report.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn, samplers
+        >>> class SpreadScaling(samplers.Adaptation):
+        ...     '''Random-walk steps as wide as the ensemble's spread, per coordinate.'''
+        ...     def run(self, sampler, logdensity, state, key):
+        ...         x = state.position
+        ...         sd = jnp.sqrt(enn.chain_mean(x**2) - enn.chain_mean(x) ** 2)
+        ...         return samplers.RandomWalk(step_size=sd), state, {"sd": sd}
+        >>> x0 = jnp.array([[0.0, 0.0], [2.0, 4.0]] * 4)   # 8 chains, sd (1, 2)
+        >>> result = samplers.run(samplers.RandomWalk(1.0), lambda x: -0.5 * (x**2).sum(), x0,
+        ...                       key=jax.random.key(0), num_steps=10,
+        ...                       adaptation=SpreadScaling(), progress=False)
+        >>> result.sampler.step_size.tolist(), result.adaptation_info["sd"].tolist()
+        ([1.0, 2.0], [1.0, 2.0])
     """
 
     @abc.abstractmethod

@@ -7,7 +7,7 @@ from jaxtyping import Array, Float, Int
 import ensemblenn as enn
 
 
-class Moments(eqx.Module):
+class ChainMoments(eqx.Module):
     """Running moments of one chain's positions over the sampling steps.
 
     Means and sums of squared deviations are kept separately for the first and second
@@ -15,6 +15,16 @@ class Moments(eqx.Module):
     is the running mean of `x**2` over every sampling step, and `observable_second_moment`
     that of the target's observable (`target.observable(x)`, e.g. the funnel's Gaussianized
     coordinates; `x` itself by default), which b² compares with the reference.
+
+    Example:
+        >>> import jax.numpy as jnp, samplers
+        >>> m = samplers.ChainMoments.zeros(dim=2)
+        >>> for t, x in enumerate([[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]):
+        ...     m = m.update(jnp.array(x), half=jnp.int32(t >= 2))
+        >>> m.count.tolist(), m.mean.tolist()   # per half
+        ([2, 2], [[2.0, 1.0], [6.0, 5.0]])
+        >>> m.chain_mean_var()[0].tolist()      # the whole chain
+        [4.0, 3.0]
     """
 
     count: Int[Array, "2"] = enn.per_chain()
@@ -24,7 +34,7 @@ class Moments(eqx.Module):
     observable_second_moment: Float[Array, " dim"] = enn.per_chain()
 
     @classmethod
-    def zeros(cls, dim: int, dtype: jnp.dtype = jnp.float32) -> "Moments":
+    def zeros(cls, dim: int, dtype: jnp.dtype = jnp.float32) -> "ChainMoments":
         return cls(
             count=jnp.zeros(2, jnp.int32),
             mean=jnp.zeros((2, dim), dtype),
@@ -34,7 +44,7 @@ class Moments(eqx.Module):
         )
 
     def update(self, x: Float[Array, " dim"], half: Int[Array, ""],
-               observed: Float[Array, " dim"] | None = None) -> "Moments":
+               observed: Float[Array, " dim"] | None = None) -> "ChainMoments":
         count = self.count.at[half].add(1)
         n = count[half].astype(x.dtype)
         delta = x - self.mean[half]
@@ -45,7 +55,7 @@ class Moments(eqx.Module):
         observed = x if observed is None else observed
         obs = self.observable_second_moment
         obs = obs + (observed * observed - obs) / total
-        return Moments(count, mean, m2, second, obs)
+        return ChainMoments(count, mean, m2, second, obs)
 
     def chain_mean_var(self) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
         """Mean and (unbiased) variance of the whole chain, pooling both halves."""

@@ -10,7 +10,7 @@ from jaxtyping import Array, Float, Int
 
 import ensemblenn as enn
 
-from ._moments import Moments
+from ._moments import ChainMoments
 
 
 class Diagnostics(eqx.Module):
@@ -23,6 +23,15 @@ class Diagnostics(eqx.Module):
         ess: many-chain effective sample size per dimension.
         bias_squared_max, bias_squared_mean: b² of the second moments against the
             reference (None without one).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> result = samplers.run(samplers.RandomWalk(0.5), lambda x: -0.5 * (x**2).sum(),
+        ...                       jnp.zeros((8, 2)), key=jax.random.key(0), num_steps=20,
+        ...                       progress=False)
+        >>> d = result.diagnostics
+        >>> d.mean.shape, d.rhat.shape, d.ess.shape, d.bias_squared_max is None  # no reference
+        ((2,), (2,), (2,), True)
     """
 
     mean: Float[Array, " dim"] = enn.broadcast()
@@ -50,11 +59,21 @@ class Result(eqx.Module):
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
         superchain_size: the run's superchain size (nested R-hat), or None.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> result = samplers.run(samplers.RandomWalk(0.5), lambda x: -0.5 * (x**2).sum(),
+        ...                       jnp.zeros((8, 2)), key=jax.random.key(0), num_steps=20,
+        ...                       thin=5, progress=False)
+        >>> result.num_chains, result.state.position.shape, result.trace.shape
+        (8, (8, 2), (8, 4, 2))
+        >>> result.num_grads.tolist()   # a random walk uses no gradients
+        [0, 0, 0, 0, 0, 0, 0, 0]
     """
 
     state: Any = enn.per_chain()
     sampler: Any
-    moments: Moments = enn.per_chain()
+    moments: ChainMoments = enn.per_chain()
     diagnostics: Diagnostics
     acceptance_rate: Float[Array, " chains"] = enn.per_chain()
     num_divergent: Int[Array, " chains"] = enn.per_chain()

@@ -18,7 +18,7 @@ from ensemblenn import BROADCAST, PER_CHAIN
 from . import checkpoint as _checkpoint
 from . import distributed as _distributed
 from ._adaptation import Adaptation
-from ._moments import Moments
+from ._moments import ChainMoments
 from ._progress import Progress
 from ._result import Diagnostics, Result
 from ._sampler import Logdensity, Sampler
@@ -40,7 +40,7 @@ class _Config(eqx.Module):
 
 class _Carry(eqx.Module):
     state: Any
-    moments: Moments
+    moments: ChainMoments
     acceptance: Float[Array, ""]
     divergent: Any
     grads: Any
@@ -108,7 +108,7 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
             (chunk_acceptance, bias if config.track_bias else None))
 
 
-def _diagnose(moments: Moments, reference: Any, superchain_size: int | None) -> Diagnostics:
+def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None) -> Diagnostics:
     """Ensemble diagnostics from every chain's moments (identical on every device)."""
     from . import diagnostics as diag
     half_mean, half_var = moments.half_mean_var()
@@ -342,7 +342,7 @@ def run(
         zeros = jnp.zeros(num_chains)
         carry = _Carry(
             state,
-            jax.vmap(lambda _: Moments.zeros(dim, dtype))(zeros),
+            jax.vmap(lambda _: ChainMoments.zeros(dim, dtype))(zeros),
             zeros.astype(jnp.float32),
             zeros.astype(jnp.int32),
             zeros.astype(jnp.int32),

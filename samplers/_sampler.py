@@ -48,6 +48,15 @@ class Info(eqx.Module):
         num_grads: gradient evaluations the transition used.
         energy_change: the energy error of the proposal (0 where not defined).
         step_size: the step size actually used (after schedules / per-chain values).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> logdensity = lambda x: -0.5 * (x**2).sum()
+        >>> kernel = samplers.MALA(step_size=0.5)
+        >>> state = kernel.init(logdensity, jnp.zeros(2), jax.random.key(0))
+        >>> _, info = kernel.step(logdensity, state, jax.random.key(1))
+        >>> int(info.num_grads), bool(info.is_divergent), float(info.step_size)
+        (1, False, 0.5)
     """
 
     acceptance_rate: Float[Array, ""]
@@ -62,6 +71,13 @@ class State(eqx.Module):
 
     Subclasses add fields (momentum, gradient, ...). `count` is the number of steps taken,
     which optax schedules are evaluated at.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> state = samplers.RandomWalk(0.5).init(lambda x: -0.5 * (x**2).sum(), jnp.ones(2),
+        ...                                       jax.random.key(0))
+        >>> isinstance(state, samplers.State), float(state.logdensity), int(state.count)
+        (True, -1.0, 0)
     """
 
     position: Float[Array, " dim"]
@@ -136,7 +152,14 @@ class Sampler(eqx.Module):
 def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0.0,
                     step_size: Array | float = 0.0,
                     is_divergent: Array | bool = False) -> Info:
-    """`Info` for a kernel with no Metropolis step (acceptance 1)."""
+    """`Info` for a kernel with no Metropolis step (acceptance 1).
+
+    Example:
+        >>> import samplers
+        >>> info = samplers.unadjusted_info(num_grads=2, step_size=0.5)
+        >>> float(info.acceptance_rate), int(info.num_grads), float(info.step_size)
+        (1.0, 2, 0.5)
+    """
     return Info(
         acceptance_rate=jnp.float32(1.0),
         is_divergent=jnp.asarray(is_divergent, bool),
@@ -151,6 +174,15 @@ def metropolis(key: PRNGKeyArray, log_ratio: Float[Array, ""]) -> tuple[Bool[Arr
     """Accept with probability `min(1, exp(log_ratio))`; NaN counts as reject.
 
     Returns `(accept, acceptance_probability)`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> accept, prob = samplers.metropolis(jax.random.key(0), jnp.float32(0.0))
+        >>> bool(accept), float(prob)  # a ratio of 1 is always accepted
+        (True, 1.0)
+        >>> accept, prob = samplers.metropolis(jax.random.key(0), jnp.float32(jnp.nan))
+        >>> bool(accept), float(prob)
+        (False, 0.0)
     """
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     prob = jnp.minimum(1.0, jnp.exp(log_ratio))
@@ -159,5 +191,13 @@ def metropolis(key: PRNGKeyArray, log_ratio: Float[Array, ""]) -> tuple[Bool[Arr
 
 
 def select(accept: Bool[Array, ""], new: Any, old: Any) -> Any:
-    """Pick `new` where `accept` else `old`, leaf by leaf (pytrees of arrays)."""
+    """Pick `new` where `accept` else `old`, leaf by leaf (pytrees of arrays).
+
+    Example:
+        >>> import jax.numpy as jnp, samplers
+        >>> new, old = {"x": jnp.ones(2), "n": jnp.int32(1)}, {"x": jnp.zeros(2), "n": jnp.int32(0)}
+        >>> picked = samplers.select(jnp.bool_(False), new, old)
+        >>> picked["x"].tolist(), int(picked["n"])
+        ([0.0, 0.0], 0)
+    """
     return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)

@@ -60,6 +60,17 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
         ImportError: ArviZ is not installed.
         enn.EnsembleError: the run kept no trace, or the superchain size does not divide
             the chains.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> result = samplers.run(samplers.RandomWalk(0.5), lambda x: -0.5 * (x**2).sum(),
+        ...                       jnp.zeros((4, 2)), key=jax.random.key(0), num_steps=20,
+        ...                       thin=5, progress=False)
+        >>> idata = samplers.arviz.to_arviz(result, var_name="theta", superchain_size=2)
+        >>> dict(idata.posterior["theta"].sizes), idata.posterior["superchain"].values.tolist()
+        ({'chain': 4, 'draw': 4, 'theta_dim_0': 2}, [0, 0, 1, 1])
+        >>> sorted(idata.sample_stats.data_vars)
+        ['lp', 'mean_acceptance_rate', 'num_divergent', 'num_grads']
     """
     if getattr(result, "trace", None) is None:
         raise enn.EnsembleError(

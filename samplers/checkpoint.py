@@ -80,12 +80,36 @@ _mid_write_hook: Callable[[Path], None] | None = None
 
 
 class CheckpointError(enn.EnsembleError):
-    """A checkpoint cannot be written or used: missing, unreadable, corrupt or unexpected."""
+    """A checkpoint cannot be written or used: missing, unreadable, corrupt or unexpected.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> try:   # resume=True, but no checkpoint_dir to resume from
+        ...     samplers.run(samplers.MALA(step_size=0.5), lambda x: -0.5 * (x**2).sum(),
+        ...                  jnp.zeros((8, 2)), key=jax.random.key(0), num_steps=10, resume=True)
+        ... except samplers.CheckpointError as err:
+        ...     print(str(err).splitlines()[0])
+        resume and checkpoint_every need a checkpoint_dir.
+    """
 
 
 class CheckpointMismatchError(CheckpointError):
     """The checkpoint was written by a run with another configuration (sampler, target,
-    shapes, key, step counts, ...), so resuming from it would not continue this run."""
+    shapes, key, step counts, ...), so resuming from it would not continue this run.
+
+    Example:
+        >>> import tempfile, jax, jax.numpy as jnp, samplers
+        >>> folder = tempfile.mkdtemp()
+        >>> args = (samplers.RandomWalk(0.5), lambda x: -0.5 * (x**2).sum(), jnp.zeros((8, 2)))
+        >>> _ = samplers.run(*args, key=jax.random.key(0), num_steps=10, progress=False,
+        ...                  checkpoint_dir=folder)
+        >>> try:   # resuming with another number of steps
+        ...     samplers.run(*args, key=jax.random.key(0), num_steps=20, progress=False,
+        ...                  checkpoint_dir=folder, resume=True)
+        ... except samplers.CheckpointMismatchError as err:
+        ...     print(str(err).splitlines()[1])
+          num_steps: 10 in the checkpoint, 20 in this run
+    """
 
 
 class Snapshot(NamedTuple):
@@ -99,6 +123,16 @@ class Snapshot(NamedTuple):
         keys: the per-chain keys of the stepping phase.
         trace: the thinned draws so far, `(num_chains, num_draws, dim)`, or None.
         bias_history: the b² history so far, `(num_sampled, 2)`, or None.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from samplers.checkpoint import Snapshot
+        >>> pieces = [jnp.zeros((4, 2, 3)), jnp.ones((4, 3, 3))]   # two chunks' draws
+        >>> snap = Snapshot(step=50, sampler=None, carry=None, adaptation_info=None,
+        ...                 keys=jax.random.split(jax.random.key(0), 4),
+        ...                 trace=jnp.concatenate(pieces, axis=1), bias_history=None)
+        >>> snap.trace.shape, len(snap.trace_list()), snap.bias_list()
+        ((4, 5, 3), 1, [])
     """
 
     step: int
@@ -474,6 +508,18 @@ class Checkpointer:
         key_impl: the PRNG implementation of the run's typed keys (to re-wrap key data).
         mesh, axis: where the run's chains live (mesh None: as `ensemble_map` picks it);
             restored per-chain values are placed there.
+
+    Example:
+        >>> import tempfile, jax, jax.numpy as jnp, samplers
+        >>> from samplers.checkpoint import Checkpointer, Snapshot
+        >>> store = Checkpointer(tempfile.mkdtemp(), every=10, resume=False,
+        ...                      fingerprint={"run": "demo"})
+        >>> store.due(5, total=100), store.due(10, total=100), store.due(100, total=100)
+        (False, True, True)
+        >>> store.save(Snapshot(10, None, {"x": jnp.zeros((4, 2))}, None,
+        ...                     jax.random.split(jax.random.key(0), 4), None, None), total=100)
+        >>> samplers.checkpoint.inspect(store.path.parent)["step"], store.due(15, total=100)
+        (10, False)
     """
 
     def __init__(self, directory: str | os.PathLike, *, every: int | None, resume: bool,

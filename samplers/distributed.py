@@ -113,6 +113,16 @@ def initialize(num_processes: int, process_id: int, port: int, *,
     Raises:
         enn.EnsembleError: bad arguments, or JAX has already started computing in this
             process (the runtime must be joined first).
+
+    Example:
+        The module docstring has a whole two-process script; arguments are checked first:
+
+        >>> import ensemblenn as enn, samplers.distributed as dist
+        >>> try:   # process ids count from 0
+        ...     dist.initialize(num_processes=2, process_id=2, port=dist.free_port())
+        ... except enn.EnsembleError as err:
+        ...     print(err)
+        process_id must be below num_processes=2, got 2.
     """
     for name, value, low in (("num_processes", num_processes, 1), ("process_id", process_id, 0),
                              ("port", port, 1)):
@@ -146,7 +156,14 @@ def initialize(num_processes: int, process_id: int, port: int, *,
 
 
 def shutdown() -> None:
-    """Leave the multi-process runtime (at the end of the script, on every process)."""
+    """Leave the multi-process runtime (at the end of the script, on every process).
+
+    Example:
+        >>> import samplers.distributed as dist
+        >>> dist.shutdown()   # a single process that never called initialize: no-op
+        >>> dist.is_main_process()
+        True
+    """
     jax.distributed.shutdown()
 
 

@@ -81,6 +81,16 @@ class DeepEnsemble(eqx.Module):
     Attributes:
         model: the equinox models, leaves stacked `(num_members, ...)`.
         opt_state: each member's optax state, leaves stacked `(num_members, ...)`.
+
+    Example:
+        >>> import jax, equinox as eqx, optax, ensemblenn as enn
+        >>> from samplers import ensembles
+        >>> ens = ensembles.init_ensemble(lambda k: eqx.nn.Linear(2, 1, key=k),
+        ...                               optax.sgd(0.1), jax.random.key(0), 4)
+        >>> isinstance(ens, ensembles.DeepEnsemble), ens.num_members, ens.model.weight.shape
+        (True, 4, (4, 1, 2))
+        >>> enn.role_of(ens, "model"), enn.role_of(ens, "opt_state")
+        (enn.PER_CHAIN, enn.PER_CHAIN)
     """
 
     model: PyTree = enn.per_chain()
@@ -452,6 +462,17 @@ class PosteriorDraws(eqx.Module):
 
     Attributes:
         model: the draws of every chain, as one model with two leading axes.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, equinox as eqx
+        >>> from samplers.ensembles import MinibatchPosterior, PosteriorDraws, predict
+        >>> posterior = MinibatchPosterior(eqx.nn.Linear(2, 1, key=jax.random.key(0)),
+        ...     (jnp.ones((6, 2)), jnp.ones((6, 1))), lambda m, b: 0.0)
+        >>> draws = PosteriorDraws.from_positions(posterior, jnp.zeros((4, 3, posterior.dim)))
+        >>> draws.num_chains, draws.num_draws, draws.model.weight.shape
+        (4, 3, (4, 3, 1, 2))
+        >>> predict(draws, jnp.ones((2, 2))).tolist()   # all-zero parameters predict 0
+        [[0.0], [0.0]]
     """
 
     model: PyTree = enn.per_chain()

@@ -32,6 +32,16 @@ def value_and_grad(logdensity: Callable[[Array], Float[Array, ""]]) -> Logdensit
 
     The cast keeps loop carries and scan states type-stable when a user's log-density
     returns a weakly typed or wider float.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.integrators import value_and_grad
+        >>> value, grad = value_and_grad(lambda x: -0.5 * jnp.sum(x**2))(jnp.array([1.0, 2.0]))
+        >>> float(value), grad.tolist()
+        (-2.5, [-1.0, -2.0])
+        >>> f = value_and_grad(lambda x: jnp.sum(x.astype(jnp.float32)))  # float32 value...
+        >>> f(jnp.ones(2, jnp.bfloat16))[0].dtype                        # ...cast back
+        dtype(bfloat16)
     """
     vg = jax.value_and_grad(logdensity)
 
@@ -44,7 +54,17 @@ def value_and_grad(logdensity: Callable[[Array], Float[Array, ""]]) -> Logdensit
 
 def velocity(momentum: Float[Array, " dim"],
              inverse_mass_matrix: InverseMassMatrix) -> Float[Array, " dim"]:
-    """`M^{-1} p`, the time derivative of the position."""
+    """`M^{-1} p`, the time derivative of the position.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.integrators import velocity
+        >>> p = jnp.array([1.0, 2.0])
+        >>> velocity(p, 0.5).tolist(), velocity(p, jnp.array([1.0, 0.5])).tolist()
+        ([0.5, 1.0], [1.0, 1.0])
+        >>> velocity(p, jnp.array([[2.0, 0.0], [1.0, 1.0]])).tolist()   # dense
+        [2.0, 3.0]
+    """
     inverse_mass_matrix = jnp.asarray(inverse_mass_matrix)
     if inverse_mass_matrix.ndim == 2:
         return inverse_mass_matrix @ momentum
@@ -113,6 +133,15 @@ def leapfrog(
 
     Returns:
         `(position, momentum, logdensity, grad)` at the end of the trajectory.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.integrators import leapfrog, value_and_grad
+        >>> vg = value_and_grad(lambda x: -0.5 * jnp.sum(x**2))
+        >>> x, p, logp, g = leapfrog(vg, jnp.zeros(1), jnp.ones(1), jnp.zeros(1),
+        ...                          step_size=0.5, inverse_mass_matrix=1.0, num_steps=1)
+        >>> x.tolist(), p.tolist(), float(logp), g.tolist()
+        ([0.5], [0.875], -0.125, [-0.5])
     """
     step_size = jnp.asarray(step_size, jnp.result_type(position))
     logp0 = jnp.full((), jnp.nan, jnp.result_type(position)) if logdensity is None else (

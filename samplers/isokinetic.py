@@ -63,6 +63,18 @@ class IntegratorState(eqx.Module):
         velocity: the unit-norm velocity `u` (in whitened coordinates), shape `(dim,)`.
         logdensity: `log p(x)`.
         grad: `grad log p(x)` with respect to `x` (not whitened).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers.isokinetic as iso
+        >>> logdensity = lambda x: -0.5 * jnp.sum(x**2)
+        >>> x = jnp.array([3.0, 4.0])
+        >>> state = iso.IntegratorState(x, jnp.array([1.0, 0.0]), logdensity(x),
+        ...                             jax.grad(logdensity)(x))
+        >>> float(state.logdensity), state.grad.tolist()
+        (-12.5, [-3.0, -4.0])
+        >>> new, _ = iso.get_integrator("leapfrog")(logdensity, state, 0.1)
+        >>> new.position.shape, round(float(jnp.linalg.norm(new.velocity)), 5)
+        ((2,), 1.0)
     """
 
     position: Float[Array, " dim"]

@@ -92,6 +92,17 @@ class Target(eqx.Module):
     Attributes:
         dim: the dimension of a position.
         reference: moments of `observable(x)` under the target, or None if unknown.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, equinox as eqx, samplers
+        >>> class StandardNormal(samplers.targets.Target):
+        ...     dim: int = eqx.field(static=True, default=2)
+        ...     reference: samplers.targets.Moments | None = None
+        ...     def __call__(self, x):
+        ...         return -0.5 * jnp.sum(x**2)
+        >>> target = StandardNormal()
+        >>> float(target(jnp.ones(2))), target.initial_position(jax.random.key(0)).shape
+        (-1.0, (2,))
     """
 
     dim: eqx.AbstractVar[int]

@@ -30,3 +30,7 @@ def explicit_mesh():
 @pytest.fixture
 def auto_mesh():
     return jax.make_mesh((NUM_DEVICES,), ("chains",), axis_types=(AxisType.Auto,))
+
+
+# Scripts run in subprocesses by the tests (each sets its own device count): not test modules.
+collect_ignore_glob = ["programs/*"]

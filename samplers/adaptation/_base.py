@@ -23,6 +23,14 @@ def finite_chain_mean(stats: PyTree) -> tuple[PyTree, Int[Array, ""]]:
 
     Returns:
         `(means, num_excluded)`.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> from samplers.adaptation import finite_chain_mean
+        >>> mean = enn.ensemble_map(finite_chain_mean, in_roles=enn.PER_CHAIN)
+        >>> means, num_excluded = mean(jnp.array([1.0, 2.0, jnp.nan, 3.0]))
+        >>> float(means), int(num_excluded)
+        (2.0, 1)
     """
     leaves = jax.tree.leaves(stats)
     ok = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else True
@@ -43,6 +51,16 @@ class AdaptationInfo(eqx.Module):
         num_steps: adaptation steps actually taken (early stopping may cut them short).
         num_excluded: chain-steps left out of the cross-chain means as non-finite.
         num_grads: gradient evaluations per chain spent adapting.
+
+    A run's `result.adaptation_info` holds it (see `EnsembleAdaptation` for a run).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> from samplers.adaptation import AdaptationInfo
+        >>> info = AdaptationInfo(num_steps=jnp.int32(80), num_excluded=jnp.int32(0),
+        ...                       num_grads=jnp.int32(160))  # 80 steps of a 2-gradient kernel
+        >>> int(info.num_grads) // int(info.num_steps), enn.role_of(info, "num_grads")
+        (2, enn.BROADCAST)
     """
 
     num_steps: Int[Array, ""] = enn.broadcast()
@@ -62,6 +80,29 @@ class EnsembleAdaptation(Adaptation):
     * `update(sampler, adaptation_state, means, step)` returns the new sampler and state.
       Hyperparameters computed from ensemble means are identical across chains, so they
       stay broadcast. The sampler is a loop carry: keep its adapted fields as arrays.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> from samplers.adaptation import EnsembleAdaptation, as_array
+        >>> class AcceptanceScaling(EnsembleAdaptation):
+        ...     '''Widen random-walk steps while the ensemble accepts over half the moves.'''
+        ...     num_steps: int = 10
+        ...     def prepare(self, sampler):
+        ...         return samplers.RandomWalk(as_array(sampler.step_size))
+        ...     def init_state(self, sampler, state):
+        ...         return ()
+        ...     def statistics(self, sampler, state, info):
+        ...         return info.acceptance_rate
+        ...     def update(self, sampler, adaptation_state, acceptance, step):
+        ...         return samplers.RandomWalk(sampler.step_size * jnp.exp(acceptance - 0.5)), ()
+        >>> result = samplers.run(samplers.RandomWalk(0.1), lambda x: -0.5 * (x**2).sum(),
+        ...                       jnp.zeros((8, 2)), key=jax.random.key(0), num_steps=10,
+        ...                       adaptation=AcceptanceScaling(), progress=False)
+        >>> info = result.adaptation_info   # an AdaptationInfo
+        >>> int(info.num_steps), int(info.num_excluded), int(info.num_grads)
+        (10, 0, 0)
+        >>> float(result.sampler.step_size) > 0.1
+        True
     """
 
     num_steps: eqx.AbstractVar[int]
@@ -111,5 +152,12 @@ class EnsembleAdaptation(Adaptation):
 
 
 def as_array(value: Any, dtype: Any = jnp.float32) -> Array:
-    """A hyperparameter as an array (so an adaptation loop can carry and update it)."""
+    """A hyperparameter as an array (so an adaptation loop can carry and update it).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.adaptation import as_array
+        >>> as_array(0.5), as_array(3, jnp.int32)
+        (Array(0.5, dtype=float32), Array(3, dtype=int32))
+    """
     return jnp.asarray(value, dtype)

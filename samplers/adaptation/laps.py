@@ -1,20 +1,21 @@
 """LAPS: late-adjusted parallel sampler (Robnik & Seljak, arXiv:2601.16696).
 
 "Metropolis adjustment is best served warm": an ensemble first runs unadjusted MCLMC, which
-approaches the typical set fast but keeps an asymptotic bias, and only then switches to the
-Metropolis-adjusted kernel (MAMS), which removes the bias. Both phases are tuned from
+reaches the typical set fast but keeps an asymptotic bias, and only then switches to the
+Metropolis-adjusted kernel (MAMS), which removes that bias. Both phases are tuned from
 cross-chain statistics, so they need no per-chain warmup history.
 
-Phases (all inside one `ensemble_map` call of `samplers.run`, one compilation):
+Phases (all inside the one `ensemble_map` call that `samplers.run` makes for adaptation,
+so the whole scheme compiles once and runs under an outer `jax.jit`):
 
 0. Every chain's unit velocity points along its gradient; the ensemble's diagonal
    equipartition `E_ii = <-x_i d_i log p>` (1 at stationarity) flips the components where
    the ensemble is too concentrated (`E_ii < 1`), so those coordinates first move outwards.
 1. Unadjusted ensemble MCLMC. After every step the ensemble averages `x`, `x²`, `x⁴`, the
-   equipartition and the energy error; from them the momentum decoherence length
-   `L = alpha sqrt(sum_i Var x_i)`, and the step size, driven towards the energy error per
-   dimension `Var(E) / d = C bias^(3/8)` that the equipartition bias can tolerate. It stops
-   after `num_steps1` steps, or earlier once the ensemble mean of `x²` no longer drifts.
+   equipartition and the energy error; from them come the diagonal metric, the momentum
+   decoherence length `L` and the step size, which is driven towards the energy error per
+   dimension that the equipartition bias can tolerate. Phase 1 ends after `num_steps1`
+   steps, or earlier once the ensemble mean of `x²` stops drifting.
 2. Adjusted MCLMC with the phase-1 ensemble variances as diagonal metric; its step size is
    bisected to the target ensemble acceptance for `num_adaptation_steps` steps, then frozen.
 """
@@ -188,39 +189,56 @@ class LAPS(Adaptation):
     steps and diagonal inverse mass matrix are arrays, identical in every chain), the
     chains' phase-2 states, and a `LAPSInfo`. Pass `sampler=None` to `samplers.run`.
 
-    Phase 1 (unadjusted MCLMC, up to `num_steps1` steps): the step size starts at
-    `initial_step_size * sqrt(d)` and is multiplied after every step by
-    `clip((C bias^(3/8) / EEVPD)^(1/6), 0.3, 3)`, where `EEVPD = Var(E) / d` is the
-    cross-chain variance of the energy error per dimension and `bias = mean_i (1 - E_ii)²`
-    the equipartition bias; it is halved after any step in which a chain diverged from a
-    finite state (a chain that is already non-finite is excluded, not allowed to ratchet the
-    step size down for everyone). `L = alpha sqrt(sum_i Var x_i)` (infinite, no noise, on the
-    first step). Non-finite chains are left out of every mean and counted; a hyperparameter
-    update that is not finite and positive is skipped.
+    Phase 1 (unadjusted MCLMC, up to `num_steps1` steps, leapfrog by default):
 
-    Early stop: the ensemble means of `x²` over the last `window = round(save_frac *
-    num_steps1)` steps are kept; the statistic is their variance over that window in units
-    of the cross-chain variance of `x²` (a b²-like drift), averaged over coordinates, minus
-    the `1 / num_chains` that a stationary ensemble of independent chains would show. Phase
-    1 ends when it falls below `r_end` (at the earliest after `window` steps). Unlike
-    BlackJAX's default (the relative fluctuation of the ensemble mean of `x`, which divides
-    by a mean near zero and never stops on centred targets), this measures `x²` on the scale
-    that the final b² metric uses.
+    * Metric: the identity by default, as in BlackJAX. `precondition_burn_in=True` uses the
+      current cross-chain variances instead; on the 100-d Gaussian of condition number 100
+      that gives a better phase-2 metric (within ~25 % of the truth rather than 0.8-2.2x)
+      and ~15 % more ESS, but the step size then chases a moving metric, and in one seed of
+      eight it threw a few chains far out in one coordinate just before the early stop,
+      leaving b² at 0.013. The identity was stable in every seed, hence the default.
+    * `L = alpha sqrt(sum_i Var x_i / m_i)` in the metric's coordinates (`alpha sqrt(d)` once
+      preconditioned); infinite, i.e. no noise, on the first step.
+    * Step size: starts at `initial_step_size * sqrt(d)` and is multiplied after every step
+      by `clip((C bias^(3/8) / EEVPD)^(1/6), 0.3, 3)`, where `EEVPD = Var(E) / d` is the
+      cross-chain variance of the energy error per dimension and `bias = mean_i (1 -
+      E_ii)²` the equipartition bias. It is halved after a step in which some chain
+      diverged *from a finite state*: a chain that is already non-finite is excluded rather
+      than allowed to ratchet the step size down for everyone. The update is snapped to the
+      grid `2^(k/64)`, so last-bit differences in the energy errors (XLA compiles the user's
+      log density differently for different numbers of chains per device) almost never
+      change it, and the run is the same on any device count.
+    * Non-finite chains are left out of every mean (`finite_chain_mean`) and counted; an
+      update that is not finite and positive is skipped.
+    * Early stop: the ensemble means of `x²` over the last `window = round(save_frac *
+      num_steps1)` steps are kept. The statistic is their variance over that window in
+      units of the cross-chain variance of `x²` (a b²-like drift), averaged over
+      coordinates, minus the `1 / num_chains` that a stationary ensemble of independent
+      chains would show; phase 1 ends once it is below `r_end`. BlackJAX's default (the
+      relative fluctuation of the ensemble mean of `x`) divides by a mean near zero and
+      never stops on centred targets; this one measures `x²` on the scale of the final b².
 
-    Phase 2 (adjusted MCLMC): the inverse mass matrix is the ensemble variance averaged
-    over the last phase-1 window (less noisy than a single step's). The trajectory length is
-    the phase-1 `L` expressed in the coordinates whitened by that metric,
-    `trajectory_factor * alpha * sqrt(sum_i Var x_i / m_i)` (about `alpha sqrt(d)`), so
-    `num_integration_steps = clip(round(length / step_size), 1, max_integration_steps)`
-    follows the step size, rather than BlackJAX's fixed 15 steps per proposal; the velocity
-    is partially refreshed inside the trajectory (`L_proposal_factor`). The step size starts
-    at the phase-1 one rescaled to the new metric and is bisected in log space on the
-    ensemble-mean acceptance (doubling/halving until the target is bracketed; a step within
-    `acceptance_tolerance` of the target leaves it unchanged). The integrator and target
-    acceptance default to McLachlan and 0.7 for `d <= 200`, Omelyan and 0.9 above.
+    Between the phases, chains that are still non-finite are restarted at the position of a
+    healthy chain (`restart_diverged`), so one diverged chain does not stay in the samples.
 
-    Chains still non-finite after phase 1 are restarted at a healthy chain's position
-    (`restart_diverged`), so one diverged chain does not stay in the samples.
+    Phase 2 (adjusted MCLMC, `num_adaptation_steps` steps):
+
+    * Metric: the ensemble variance averaged over the last phase-1 window (less noisy than
+      one step's), snapped to the same grid.
+    * Trajectory: the phase-1 `L` in the coordinates whitened by that metric,
+      `trajectory_factor * alpha * sqrt(sum_i Var x_i / m_i)` (about `alpha sqrt(d)`), so
+      `num_integration_steps = clip(round(length / step_size), 1, max_integration_steps)`
+      follows the step size, where BlackJAX fixes 15 steps per proposal. Once the metric
+      whitens the target the tuned step is itself about `L` long: both test targets end
+      with one McLachlan step (2 gradients) per proposal instead of 30 gradients.
+    * Step size: starts at the phase-1 one rescaled to the new metric, then bisection in log
+      space on the ensemble-mean acceptance: double or halve until the target is bracketed,
+      then split the bracket; a step within `acceptance_tolerance` of the target leaves it
+      unchanged, and a bracket that noise collapsed is reopened by 25 %. The tuned value is
+      the geometric mean over the second half of the steps, since with `n` chains the
+      acceptance is only known to about `0.5 / sqrt(n)`.
+    * Integrator and target acceptance: McLachlan and 0.7 for `d <= 200`, Omelyan and 0.9
+      above (as BlackJAX).
 
     Attributes:
         num_steps1: maximum number of phase-1 steps (static).
@@ -265,7 +283,7 @@ class LAPS(Adaptation):
     early_stop: bool = eqx.field(static=True, default=True)
     initial_step_size: float = 0.01
     burn_in_integrator: IntegratorName = eqx.field(static=True, default="leapfrog")
-    precondition_burn_in: bool = eqx.field(static=True, default=True)
+    precondition_burn_in: bool = eqx.field(static=True, default=False)
     integrator: IntegratorName | None = eqx.field(static=True, default=None)
     target_acceptance: float | None = None
     acceptance_tolerance: float = 0.03
@@ -421,11 +439,10 @@ class LAPS(Adaptation):
         """Move every unhealthy chain to a healthy chain's position (round robin)."""
         every_ok = enn.chain_all_gather(healthy)
         every_x = enn.chain_all_gather(position)
-        num = every_ok.shape[0]
         num_ok = every_ok.sum()
-        donors = jnp.nonzero(every_ok, size=num, fill_value=0)[0]
-        rank = jnp.cumsum(~every_ok)[enn.chain_index()] - 1
-        donor = donors[rank % jnp.maximum(num_ok, 1)]
+        # The k-th unhealthy chain takes the position of the (k mod num_ok)-th healthy one.
+        rank = (jnp.cumsum(~every_ok)[enn.chain_index()] - 1) % jnp.maximum(num_ok, 1)
+        donor = jnp.argmax(every_ok & (jnp.cumsum(every_ok) - 1 == rank))
         restart = ~healthy & (num_ok > 0)
         new = jnp.where(restart, every_x[donor], position)
         return new, enn.chain_sum(restart.astype(jnp.int32))
@@ -479,8 +496,7 @@ class LAPS(Adaptation):
         grads = info.num_grads  # the same in every chain: num_steps is ensemble-wide
         new = _Phase2(state, log_h, low, high, c.excluded + bad, c.divergent + divergent,
                       c.grads + grads, c.moments.update(state.position))
-        return new, (jnp.exp(c.log_step_size).astype(jnp.float32),
-                     acceptance.astype(jnp.float32))
+        return new, (c.log_step_size, acceptance.astype(jnp.float32))
 
     # --- the whole adaptation ------------------------------------------------------------
 
@@ -529,11 +545,15 @@ class LAPS(Adaptation):
         start = _Phase2(state2, jnp.log(step_size), jnp.asarray(-jnp.inf, dtype),
                         jnp.asarray(jnp.inf, dtype), jnp.int32(0), jnp.int32(0),
                         jnp.int32(0), _Welford.zeros_like(position))
-        p2, (h_history, acc_history) = jax.lax.scan(
+        p2, (log_h_history, acc_history) = jax.lax.scan(
             lambda c, t: self._phase2_step(logdensity, k2, kernel_for, target, c, t),
             start, jnp.arange(self.num_adaptation_steps))
 
-        final_h = jnp.exp(p2.log_step_size)
+        # The ensemble acceptance is noisy (about 0.5 / sqrt(num_chains)), so the bisection
+        # ends up hopping around the target: average the log step sizes of the second half.
+        half = log_h_history[self.num_adaptation_steps // 2:]
+        final_h = _snap(jnp.exp(_mean(half, 0)))
+        final_h = _keep_valid(final_h, jnp.exp(p2.log_step_size))
         tuned = kernel_for(final_h)
         grads1 = p1.t * get_integrator(self.burn_in_integrator).grads_per_step
         info = LAPSInfo(
@@ -554,7 +574,7 @@ class LAPS(Adaptation):
             step_size_history1=p1.history[0],
             L_history=p1.history[1],
             stopping_history=p1.history[2],
-            step_size_history2=h_history,
+            step_size_history2=jnp.exp(log_h_history).astype(jnp.float32),
             acceptance_history2=acc_history,
         )
         return tuned, p2.state, info

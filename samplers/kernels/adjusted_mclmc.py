@@ -38,6 +38,13 @@ class AdjustedMCLMCState(State):
 
     Attributes:
         grad: `grad log p(position)`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> kernel = samplers.AdjustedMCLMC(step_size=0.5, num_integration_steps=4)
+        >>> state = kernel.init(lambda x: -0.5 * jnp.sum(x**2), jnp.ones(3), jax.random.key(0))
+        >>> isinstance(state, samplers.AdjustedMCLMCState), state.grad.tolist()
+        (True, [-1.0, -1.0, -1.0])
     """
 
     grad: Float[Array, " dim"]

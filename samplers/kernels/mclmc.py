@@ -29,6 +29,13 @@ class MCLMCState(State):
     Attributes:
         velocity: unit-norm velocity in the coordinates whitened by the preconditioner.
         grad: `grad log p(position)`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> state = samplers.MCLMC(step_size=0.5, L=2.0).init(
+        ...     lambda x: -0.5 * jnp.sum(x**2), jnp.ones(3), jax.random.key(0))
+        >>> state.grad.tolist(), round(float(jnp.linalg.norm(state.velocity)), 5)
+        ([-1.0, -1.0, -1.0], 1.0)
     """
 
     velocity: Float[Array, " dim"]

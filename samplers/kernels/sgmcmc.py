@@ -34,6 +34,15 @@ class SGLDState(State):
 
     Attributes:
         grad: minibatch estimate of `grad log p(position)`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> data = jnp.ones(100)   # identical data: every minibatch gives the same estimate
+        >>> logdensity = lambda x, idx: -0.5 * 100 * jnp.mean((x[0] - data[idx]) ** 2)
+        >>> kernel = samplers.SGLD(step_size=1e-3, batch_size=10, num_data=100)
+        >>> state = kernel.init(logdensity, jnp.zeros(1), jax.random.key(0))
+        >>> isinstance(state, samplers.SGLDState), state.grad.tolist()
+        (True, [100.0])
     """
 
     grad: Float[Array, " dim"]
@@ -44,6 +53,15 @@ class SGHMCState(SGLDState):
 
     Attributes:
         momentum: the velocity `v` added to the position each step.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> data = jnp.ones(100)
+        >>> logdensity = lambda x, idx: -0.5 * 100 * jnp.mean((x[0] - data[idx]) ** 2)
+        >>> kernel = samplers.SGHMC(step_size=1e-3, batch_size=10, num_data=100)
+        >>> state = kernel.init(logdensity, jnp.zeros(1), jax.random.key(0))
+        >>> isinstance(state, samplers.SGHMCState), state.grad.tolist(), state.momentum.shape
+        (True, [100.0], (1,))
     """
 
     momentum: Float[Array, " dim"]
