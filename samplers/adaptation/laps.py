@@ -67,6 +67,21 @@ class LAPSInfo(eqx.Module):
         step_size_history1, L_history, stopping_history: phase-1 values per step
             (entries after `num_steps1` steps are 0).
         step_size_history2, acceptance_history2: phase-2 values per adaptation step.
+
+    A run's `result.adaptation_info` holds it.
+
+    Example:
+        >>> import jax, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+        >>> laps = samplers.LAPS(num_steps1=60, num_adaptation_steps=10)
+        >>> positions = jax.random.normal(jax.random.key(0), (16, 4))
+        >>> result = samplers.run(None, target, positions, key=jax.random.key(1),
+        ...                       num_steps=20, adaptation=laps, progress=False)
+        >>> info = result.adaptation_info
+        >>> int(info.num_excluded), int(info.num_restarted), info.step_size_history2.shape
+        (0, 0, (10,))
+        >>> bool(info.step_size == result.sampler.step_size)
+        True
     """
 
     num_steps1: Int[Array, ""] = enn.broadcast()
@@ -421,8 +436,8 @@ class LAPS(Adaptation):
         zero = _Welford.zeros_like(x)
         start = _Phase1(
             t=jnp.int32(0), state=state,
-            log2_step_size=jnp.asarray(
-                round(math.log2(self.initial_step_size * math.sqrt(dim)) * _GRID) / _GRID, dtype),
+            log2_step_size=jnp.round(jnp.log2(
+                jnp.asarray(self.initial_step_size * math.sqrt(dim), dtype)) * _GRID) / _GRID,
             L=jnp.asarray(jnp.inf, dtype), imm=jnp.ones(dim, dtype),
             second=empty, second_var=empty, first=empty,
             statistic=jnp.asarray(jnp.inf, dtype), stopped=jnp.asarray(False),
@@ -437,15 +452,22 @@ class LAPS(Adaptation):
     def _restart(self, position: Float[Array, " dim"],
                  healthy: Bool[Array, ""]) -> tuple[Array, Int[Array, ""]]:
         """Move every unhealthy chain to a healthy chain's position (round robin)."""
-        every_ok = enn.chain_all_gather(healthy)
-        every_x = enn.chain_all_gather(position)
-        num_ok = every_ok.sum()
-        # The k-th unhealthy chain takes the position of the (k mod num_ok)-th healthy one.
-        rank = (jnp.cumsum(~every_ok)[enn.chain_index()] - 1) % jnp.maximum(num_ok, 1)
-        donor = jnp.argmax(every_ok & (jnp.cumsum(every_ok) - 1 == rank))
-        restart = ~healthy & (num_ok > 0)
-        new = jnp.where(restart, every_x[donor], position)
-        return new, enn.chain_sum(restart.astype(jnp.int32))
+
+        def restart(position: Array) -> Array:
+            every_ok = enn.chain_all_gather(healthy)
+            every_x = enn.chain_all_gather(position)
+            num_ok = every_ok.sum()
+            # The k-th unhealthy chain takes the (k mod num_ok)-th healthy chain's position.
+            rank = (jnp.cumsum(~every_ok)[enn.chain_index()] - 1) % jnp.maximum(num_ok, 1)
+            donor = jnp.argmax(every_ok & (jnp.cumsum(every_ok) - 1 == rank))
+            return jnp.where(~healthy & (num_ok > 0), every_x[donor], position)
+
+        num_bad = enn.chain_sum((~healthy).astype(jnp.int32))
+        num_ok = enn.num_chains() - num_bad
+        # The same branch on every device (num_bad is ensemble-wide): the gather of every
+        # position, (num_chains, dim) per device, happens only when a chain needs it.
+        new = jax.lax.cond(num_bad > 0, restart, lambda p: p, position)
+        return new, jnp.where(num_ok > 0, num_bad, 0)
 
     def _nested_rhat(self, moments: _Welford) -> Float[Array, " dim"] | None:
         num = enn.num_chains()

@@ -1,0 +1,151 @@
+"""Smoke tests of `python -m benchmarks`: every benchmark runs at a tiny size (`--smoke`).
+
+Each benchmark runs in a subprocess (the device count is fixed per process) and its JSON
+lines are checked: our side must always run without error; a peer (BlackJAX, NumPyro,
+emcee) must run when it is installed and be reported as skipped when it is not (CI
+installs only the dev and docs extras). No timing is asserted. The subprocess tests take
+a few minutes in all and are marked slow (CI still runs them).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 1500
+
+# benchmark -> (our impl names, {peer impl name: module})
+OURS = {
+    "laps": ["ensemblenn"],
+    "overhead": ["ensemble_map (eager call)", "ensemble_map under jax.jit"],
+    "floor": ["MALA", "MCLMC (McLachlan)"],
+    "communication": None,  # every row is ours
+    "ensemble": ["ensemblenn"],
+    "nuts": ["samplers.LAPS"],
+    "scaling": None,
+}
+PEERS = {
+    "laps": {"blackjax": "blackjax"},
+    "ensemble": {"numpyro AIES": "numpyro", "emcee": "emcee"},
+    "nuts": {"numpyro NUTS": "numpyro"},
+}
+
+
+def run_benchmark(name: str, *extra: str, hide: str = "") -> tuple[list[dict], str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["JAX_PLATFORMS"] = "cpu"
+    if hide:
+        env["ENSEMBLENN_BENCH_HIDE"] = hide
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", name, "--smoke", *extra],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert records, f"{name} printed no JSON lines:\n{proc.stdout[-3000:]}"
+    return records, proc.stdout
+
+
+_CACHE: dict[str, tuple[list[dict], str]] = {}
+
+
+def smoke(name: str) -> tuple[list[dict], str]:
+    if name not in _CACHE:
+        _CACHE[name] = run_benchmark(name, "--devices", "2")
+    return _CACHE[name]
+
+
+def installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_our_side_runs(name):
+    records, stdout = smoke(name)
+    assert all(r["benchmark"] == name for r in records)
+    ours = [r for r in records if OURS[name] is None or r.get("impl") in OURS[name]]
+    assert ours, f"no rows of ours in {name}: {records}"
+    bad = [r for r in ours if r.get("status") != "ok"]
+    assert not bad, bad
+    assert all(r["devices"] == 2 for r in records if "devices" in r)
+    assert f"## {name}" in stdout and "|---" in stdout  # the table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, impl, module",
+                         [(n, i, m) for n, peers in PEERS.items() for i, m in peers.items()])
+def test_peer_runs_or_is_skipped(name, impl, module):
+    records, _ = smoke(name)
+    rows = [r for r in records if r.get("impl") == impl]
+    assert rows, f"no {impl} row in {name}"
+    if installed(module):
+        assert all(r["status"] == "ok" for r in rows), rows
+    else:
+        assert all(r["status"] == "skipped" for r in rows), rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_without_peers_our_side_still_runs(name):
+    hide = ",".join(sorted(set(PEERS[name].values())))
+    extra = ["--devices", "2"] + (["--n1", "5"] if name == "laps" else [])
+    records, _ = run_benchmark(name, *extra, hide=hide)
+    for impl in PEERS[name]:
+        rows = [r for r in records if r.get("impl") == impl]
+        assert rows and all(r["status"] == "skipped" for r in rows), rows
+        assert all("not installed" in r["error"] for r in rows)
+    ours = [r for r in records if r.get("impl") in OURS[name]]
+    assert ours and all(r["status"] == "ok" for r in ours), ours
+
+
+@pytest.mark.slow
+def test_laps_peer_metrics_present():
+    pytest.importorskip("blackjax")
+    records, _ = smoke("laps")
+    for impl in ("ensemblenn", "blackjax"):
+        (row,) = [r for r in records if r.get("impl") == impl and r.get("mesh") == "auto"]
+        for key in ("compile_s", "run_s", "grads_per_chain", "grads_per_s", "b2_max",
+                    "b2_mean"):
+            assert isinstance(row[key], int | float), (impl, key, row)
+
+
+@pytest.mark.slow
+def test_several_device_counts_fan_out_to_subprocesses():
+    records, stdout = run_benchmark("overhead", "--devices", "1,2", "--steps", "2",
+                                    "--repeats", "1")
+    assert {r["devices"] for r in records} == {1, 2}
+    assert stdout.count("# running:") == 2
+    assert stdout.count("## overhead") == 1  # one merged table
+
+
+def test_communication_parser_counts_loop_collectives():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.communication import Hlo
+
+    text = """HloModule m
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %ag = f32[8,4]{1,0} all-gather(f32[2,4]{1,0} %x), dimensions={0}
+  %ar = (f32[4]{0}, s32[]) all-reduce(%y, %z), to_apply=%add
+}
+
+%cond (p: (s32[], f32[4])) -> pred[] {
+  %c = pred[] compare(%a, %b), direction=LT
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %g = f32[16]{0} all-gather-start(f32[4]{0} %a), dimensions={0}
+  %d = f32[16]{0} all-gather-done(%g)
+  %w = (s32[], f32[4]) while(%t), condition=%cond, body=%body
+}
+"""
+    once, loop = Hlo(text).summary()
+    assert (once["scope"], once["collectives"], once["bytes"]) == ("once", 1, 64)
+    assert (loop["scope"], loop["collectives"], loop["bytes"]) == ("loop step", 2, 128 + 20)
