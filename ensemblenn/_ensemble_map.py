@@ -149,7 +149,7 @@ class _Trace:
             batched = is_batched_over(leaf, self.local_axis)
             if info.role is BROADCAST and batched:
                 raise OutputRoleError(
-                    f"The output {info.path} ({describe(leaf)}) is declared {BROADCAST} but "
+                    f"{info.path} ({describe(leaf)}) is declared {BROADCAST} but "
                     "its value differs from chain to chain (it depends on a per-chain input). "
                     "Returning one device's copy would be silently wrong.\n  fix: declare it "
                     "enn.PER_CHAIN, or reduce it across chains first, e.g. "

@@ -107,9 +107,12 @@ class Result(eqx.Module):
             half = max_rows // 2
             rows = rows[:half] + [-1] + rows[dim - half:]
         devices = _device_count(self.acceptance_rate)
+        adapted = getattr(self.adaptation_info, "num_grads", None)
+        adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
         lines = [
             f"{self.num_chains} chains on {devices} device(s), {self.num_warmup} warmup + "
-            f"{self.num_steps} steps, {float(jnp.mean(self.num_grads)):.0f} grads/chain",
+            f"{self.num_steps} steps, {float(jnp.mean(self.num_grads)):.0f} grads/chain"
+            f"{adapting}",
             f"acceptance {float(jnp.mean(self.acceptance_rate)):.3f}, divergent transitions "
             f"{int(jnp.sum(self.num_divergent))}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
             f"min ESS {float(np.nanmin(cols['ess'])):.0f}",
