@@ -91,7 +91,7 @@ class OutputRoleError(EnsembleError):
         ...     f(jnp.arange(4.0))
         ... except enn.OutputRoleError as err:
         ...     print(str(err).split(" but")[0])
-        The output output (float32[]) is declared enn.BROADCAST
+        output (float32[]) is declared enn.BROADCAST
     """
 
 
