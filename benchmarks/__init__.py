@@ -1,0 +1,33 @@
+"""Benchmarks: ensemblenn/samplers side by side with BlackJAX, NumPyro and emcee.
+
+Run one with ``python -m benchmarks NAME [--devices N[,M...]] [--full] [--smoke]``. Each
+prints one JSON line per configuration and a Markdown table at the end. The device count is
+fixed per process (``--devices`` sets ``XLA_FLAGS`` before JAX is imported); a list of
+device counts runs one subprocess per count and merges their lines. Our side and the peer
+always run in the same process, so their ratio is meaningful even on a loaded machine.
+
+Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
+
+* ``laps``: samplers.LAPS vs BlackJAX LAPS (Auto and Explicit meshes).
+* ``overhead``: an MCLMC step through ``enn.ensemble_map`` vs hand-written shard_map+vmap.
+* ``floor``: sampler steps vs the bare ``vmap(grad(logdensity))`` over the same chains.
+* ``communication``: collectives and the bytes they move per step, from the compiled HLO.
+* ``ensemble``: samplers.Stretch vs emcee and NumPyro AIES (stretch move).
+* ``nuts``: NumPyro NUTS (4 chains) vs samplers.LAPS with many chains.
+* ``scaling``: LAPS time per step and peak memory for 1..8 devices and 64..4096 chains.
+
+The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
+installed prints a ``skipped`` line for it and still runs our side.
+"""
+
+BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
+    "laps": ((1, 4), "samplers.LAPS vs BlackJAX LAPS on gauss100 and logreg50"),
+    "overhead": ((1, 4), "MCLMC step via enn.ensemble_map vs hand-written shard_map+vmap"),
+    "floor": ((1, 4), "sampler step time vs bare vmap(grad(logdensity))"),
+    "communication": ((4,), "collectives per step from compiled HLO, 64..4096 chains"),
+    "ensemble": ((1,), "samplers.Stretch vs emcee and NumPyro AIES"),
+    "nuts": ((4,), "NumPyro NUTS (4 chains) vs samplers.LAPS (many chains)"),
+    "scaling": ((1, 2, 4, 8), "LAPS time per step and peak memory vs devices and chains"),
+}
+
+__all__ = ["BENCHMARKS"]
