@@ -195,6 +195,14 @@ def _shape_of(collective: tuple[str, int]) -> str:
     return f"{collective[0]}:{collective[1]}B"
 
 
+def _loop_name(where: str, trips: str) -> str:
+    """A readable name for a loop found at `function:line` of the traced source."""
+    function = where.split(":")[0]
+    known = {"LAPS._phase1": "LAPS phase-1 step", "LAPS.run": "LAPS phase-2 tuning step"}
+    name = known.get(function, f"step of the loop at {where}")
+    return f"{name} (loop trips: {trips})"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", default=None,
                    help="comma-separated chain counts (default 64,256,1024,4096,96)")
@@ -279,7 +287,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     continue
                 label = entry["scope"]
                 if label == "loop step":
-                    label = f"loop step ({entry['loop_at']}, trips {entry['trip_count']})"
+                    label = _loop_name(entry["loop_at"], entry["trip_count"])
                 emit(dict(benchmark=BENCH, workload=workload, scope=label, devices=n,
                           chains=chains, chains_per_device=chains // n,
                           collectives=entry["collectives"], kinds=entry["kinds"] or "-",

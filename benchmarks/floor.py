@@ -46,7 +46,9 @@ COLUMNS = [
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, default=None, help="default 512 (--full 8192)")
     p.add_argument("--steps", type=int, default=None, help="K (default 100)")
-    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved timings per variant (default 5; the samplers.run rows "
+                        "take max(3, repeats // 3))")
     p.add_argument("--targets", default=None,
                    help="gauss100,logreg50 (default both; --smoke: gauss100)")
     p.add_argument("--no-driver", action="store_true", help="skip the samplers.run rows")
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     elif args.full:
         chains, steps, repeats, dim, data = 8192, 100, 20, 100, (1000, 50, 200_000)
     else:
-        chains, steps, repeats, dim, data = 512, 100, 15, 100, (1000, 50, 200_000)
+        chains, steps, repeats, dim, data = 512, 100, 5, 100, (1000, 50, 200_000)
     chains, steps = args.chains or chains, args.steps or steps
     repeats = args.repeats or repeats
     n = args.num_devices
