@@ -7,6 +7,7 @@ Example:
     [-1.5, -0.5, 0.5, 1.5]
 """
 
+from ._batch_invariant import batch_invariant
 from ._closures import shard_map_captures
 from ._collectives import chain_all_gather, chain_index, chain_mean, chain_sum, num_chains
 from ._ensemble_map import EnsembleMapped, ensemble_map
@@ -38,6 +39,7 @@ __all__ = [
     "PerChainValue",
     "Role",
     "RoleError",
+    "batch_invariant",
     "broadcast",
     "chain_all_gather",
     "chain_index",

@@ -19,13 +19,20 @@ from ._context import EnsembleFrame, current_frame
 from ._errors import CollectiveError
 
 
-def _frame(name: str) -> EnsembleFrame:
+def _frame(name: str, across_chains: bool = True) -> EnsembleFrame:
     frame = current_frame()
     if frame is None:
         raise CollectiveError(
             f"enn.{name}() was called outside a function run by ensemble_map, so there is "
             "no ensemble to reduce over.\n  fix: call it inside the per-chain function, e.g. "
             f"enn.ensemble_map(lambda x: x - enn.chain_mean(x), ...)."
+        )
+    if across_chains and frame.inside_block:
+        raise CollectiveError(
+            f"enn.{name}() was called inside a function wrapped in enn.batch_invariant, "
+            "which runs a device's chains a block at a time, so a collective would see one "
+            "block, not the ensemble.\n  fix: call the collective outside the wrapped "
+            "function and pass its result in (or do not wrap code that needs the ensemble)."
         )
     return frame
 
@@ -140,4 +147,4 @@ def num_chains() -> int:
         >>> f(jnp.zeros(4)).tolist()
         [4.0, 4.0, 4.0, 4.0]
     """
-    return _frame("num_chains").num_chains
+    return _frame("num_chains", across_chains=False).num_chains

@@ -18,6 +18,8 @@ class EnsembleFrame(NamedTuple):
     num_chains: int
     num_local: int
     num_devices: int
+    block_size: int | None = None
+    inside_block: bool = False  # tracing `batch_invariant` code: no collectives here
 
 
 _FRAMES: contextvars.ContextVar[tuple[EnsembleFrame, ...]] = contextvars.ContextVar(

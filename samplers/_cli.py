@@ -33,6 +33,10 @@ def parser() -> argparse.ArgumentParser:
                      help="folder for diagnostics.json and convergence.png (the plot needs "
                           "matplotlib; with --out, b² is tracked at every step for it)")
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--block-size", type=int, default=16, metavar="N",
+                     help="chains per compiled block, for results that are the same on any "
+                          "device count (samplers.run's block_size); 0 runs each device's "
+                          "chains in one batch (default: 16)")
     run.add_argument("--checkpoint", default=None, metavar="DIR",
                      help="save the run in DIR as it goes, so that --resume can continue it")
     run.add_argument("--resume", action="store_true",
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                               adaptation=adaptation, superchain_size=4,
                               track_bias=args.out is not None,
                               progress=not args.no_progress and sys.stderr.isatty(),
-                              checkpoint_dir=args.checkpoint, resume=args.resume)
+                              checkpoint_dir=args.checkpoint, resume=args.resume,
+                              block_size=args.block_size or None)
     except samplers.CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -108,6 +108,10 @@ class Sampler(eqx.Module):
         Array(1, dtype=int32)
     """
 
+    # True for a kernel whose `step` needs the ensemble (collectives, `enn.chain_index`):
+    # the driver then does not run it through `enn.batch_invariant` blocks.
+    step_uses_ensemble: ClassVar[bool] = False
+
     positive_hyperparameters: ClassVar[tuple[str, ...]] = (
         "step_size", "L", "num_integration_steps", "inverse_mass_matrix", "batch_size",
     )
@@ -147,6 +151,36 @@ class Sampler(eqx.Module):
     def grads_per_step(self) -> int:
         """Gradient evaluations per step (for reporting; kernels override)."""
         return 1
+
+
+def step_chain(sampler: Sampler, logdensity: Logdensity, state: State,
+               key: PRNGKeyArray) -> tuple[State, Info]:
+    """`sampler.step` as the driver runs it: in `enn.batch_invariant` blocks when the
+    enclosing `ensemble_map` has a `block_size` (so results do not depend on the device
+    count), unless the kernel's step needs the ensemble.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> from samplers._sampler import step_chain
+        >>> logdensity = lambda x: -0.5 * jnp.sum(x**2)
+        >>> mala = samplers.MALA(step_size=0.5)
+        >>> state = mala.init(logdensity, jnp.ones(3), jax.random.key(0))
+        >>> new, info = step_chain(mala, logdensity, state, jax.random.key(1))
+        >>> plain, _ = mala.step(logdensity, state, jax.random.key(1))
+        >>> bool((new.position == plain.position).all())  # no ensemble, no block size
+        True
+    """
+    if sampler.step_uses_ensemble:
+        return sampler.step(logdensity, state, key)
+    return enn.batch_invariant(sampler.step)(logdensity, state, key)
+
+
+def init_chain(sampler: Sampler, logdensity: Logdensity, position: Array,
+               key: PRNGKeyArray) -> State:
+    """`sampler.init` as the driver runs it (see `step_chain`)."""
+    if sampler.step_uses_ensemble:
+        return sampler.init(logdensity, position, key)
+    return enn.batch_invariant(sampler.init)(logdensity, position, key)
 
 
 def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0.0,

@@ -162,45 +162,32 @@ def test_laps_is_jittable_end_to_end_and_compiles_once():
 @pytest.fixture(scope="module")
 def invariance_outputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("laps_invariance")
-    procs = {n: subprocess.Popen([sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz")])
+    procs = {n: subprocess.Popen([sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz"),
+                                  "16"])
              for n in (1, 2, 4, 8)}
     for n, proc in procs.items():
-        assert proc.wait(timeout=600) == 0, f"program failed on {n} devices"
+        assert proc.wait(timeout=900) == 0, f"program failed on {n} devices"
     return {n: dict(np.load(folder / f"{n}.npz")) for n in procs}
-
-
-TUNED = ("step_size", "num_integration_steps", "inverse_mass_matrix", "num_steps1",
-         "step_size1", "L", "step_size_history1", "step_size_history2")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_laps_is_device_count_invariant(invariance_outputs, n):
-    """Same key and chains on 1, 2, 4 and 8 devices (16 chains: 16 down to 2 per device).
+    """`samplers.run` with LAPS, same key and chains on 1, 2, 4 and 8 devices (16 chains:
+    16 down to 2 per device), default `block_size=16`: everything is bitwise identical.
 
-    The program runs the adaptation as `samplers.run` does (8-d Gaussian, 60 + 8 steps).
-    What is reached (jax 0.10.2, CPU):
-
-    * every tuned hyperparameter is bitwise identical, in float32 and in float64;
-    * in float64 everything is bitwise on 1, 2 and 4 devices, and final positions agree
-      within 1e-6 relative on 8 (about 1e-13 is seen);
-    * in float32 final positions agree only within about 1e-4. The cross-chain reductions
-      are bitwise, but XLA compiles the per-chain arithmetic (the log density, the
-      integrator) differently for different numbers of chains per device, so it may differ
-      in the last bit, and MCMC trajectories amplify that. LAPS computes its
-      hyperparameters in a fixed order and snaps step sizes and the metric to a 2^(1/64)
-      grid, which is why they stay bitwise all the same.
+    Reached on jax 0.10.2 (CPU), in float32 and float64: final positions and log
+    densities, the sampling means, every tuned hyperparameter and the adaptation's
+    histories. The cross-chain reductions are fixed-order trees, and `enn.batch_invariant`
+    compiles the per-chain arithmetic for one block shape on every device count. (With
+    `block_size=None`, XLA rounds the per-chain log density and integrator differently
+    for 16 and 2 chains per device, and float32 positions then differ by ~1e-5 after
+    this run.)
     """
     base, other = invariance_outputs[1], invariance_outputs[n]
-    for dtype in ("float32", "float64"):
-        for name in TUNED:
-            key = f"{dtype}_{name}"
-            np.testing.assert_array_equal(other[key], base[key], err_msg=key)
-    for name in ("position", "logdensity", "acceptance_history2", "nested_rhat2"):
-        key = f"float64_{name}"
-        np.testing.assert_allclose(other[key], base[key], rtol=1e-6, atol=1e-12, err_msg=key)
-        key = f"float32_{name}"
-        np.testing.assert_allclose(other[key], base[key], rtol=1e-3, atol=1e-5, err_msg=key)
+    assert set(base) == set(other) and len(base) == 26
+    for key in sorted(base):
+        np.testing.assert_array_equal(other[key], base[key], err_msg=key)
 
 
 # --- robustness ----------------------------------------------------------------------------

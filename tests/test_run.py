@@ -108,9 +108,10 @@ def test_one_and_four_devices_agree(tmp_path):
         subprocess.run([sys.executable, str(program), str(n), str(tmp_path / f"{n}.npz")],
                        check=True, timeout=300)
         out[n] = np.load(tmp_path / f"{n}.npz")
+    # The default block_size makes per-chain arithmetic the same program on 1 and 4
+    # devices, and collectives reduce in a fixed order: bitwise equal.
     for name in ("position", "rhat", "ess", "b2", "acceptance"):
-        np.testing.assert_allclose(out[4][name], out[1][name], rtol=1e-5, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_array_equal(out[4][name], out[1][name], err_msg=name)
 
 
 @pytest.mark.parametrize("bad", [0, 7])

@@ -11,7 +11,7 @@ from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from .._adaptation import Adaptation
-from .._sampler import Info, Logdensity, Sampler, State
+from .._sampler import Info, Logdensity, Sampler, State, step_chain
 
 
 def finite_chain_mean(stats: PyTree) -> tuple[PyTree, Int[Array, ""]]:
@@ -140,7 +140,7 @@ class EnsembleAdaptation(Adaptation):
 
         def body(carry: tuple) -> tuple:
             t, sampler, state, adaptation_state, excluded, grads = carry
-            state, info = sampler.step(logdensity, state, jax.random.fold_in(key, t))
+            state, info = step_chain(sampler, logdensity, state, jax.random.fold_in(key, t))
             means, bad = finite_chain_mean(self.statistics(sampler, state, info))
             sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)
             return (t + 1, sampler, state, adaptation_state, excluded + bad,

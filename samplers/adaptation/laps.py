@@ -32,7 +32,7 @@ import ensemblenn as enn
 
 from .. import diagnostics as diag
 from .._adaptation import Adaptation
-from .._sampler import Logdensity, Sampler
+from .._sampler import Logdensity, Sampler, init_chain, step_chain
 from ..isokinetic import IntegratorName, get_integrator
 from ..kernels.adjusted_mclmc import AdjustedMCLMC, AdjustedMCLMCState
 from ..kernels.mclmc import MCLMC, MCLMCState
@@ -192,6 +192,15 @@ def _snap(x: Array) -> Array:
     return jnp.exp2(jnp.round(jnp.log2(x) * _GRID) / _GRID)
 
 
+def _gradient_direction(g: Array, fallback: Array) -> Array:
+    """`g / |g|`, or `fallback` where that is not finite."""
+    # Scale by max|g| first: |g| itself overflows float32 for |g| ~ 1e20.
+    scale = jnp.max(jnp.abs(g))
+    u = g / jnp.where(scale > 0, scale, 1.0)
+    u = u / jnp.linalg.norm(u)
+    return jnp.where(jnp.all(jnp.isfinite(u)) & (scale > 0), u, fallback)
+
+
 def _keep_valid(new: Array, old: Array) -> Array:
     """`new` where it is a finite positive hyperparameter, else `old`."""
     return jnp.where(jnp.isfinite(new) & (new > 0), new, old)
@@ -340,18 +349,13 @@ class LAPS(Adaptation):
                 f"{type(sampler).__name__}.\n  fix: samplers.run(None, logdensity, positions, "
                 "adaptation=samplers.LAPS(...), ...)."
             )
-        return MCLMC(step_size=1.0, L=math.inf).init(logdensity, position, key)
+        return init_chain(MCLMC(step_size=1.0, L=math.inf), logdensity, position, key)
 
     # --- phase 0 -------------------------------------------------------------------------
 
     def _equipartition_velocity(self, state: MCLMCState) -> tuple[MCLMCState, Array]:
         x, g = state.position, state.grad
-        # Scale by max|g| first: |g| itself overflows float32 for |g| ~ 1e20.
-        scale = jnp.max(jnp.abs(g))
-        u = g / jnp.where(scale > 0, scale, 1.0)
-        u = u / jnp.linalg.norm(u)
-        usable = jnp.all(jnp.isfinite(u)) & (scale > 0)
-        u = jnp.where(usable, u, state.velocity)
+        u = enn.batch_invariant(_gradient_direction)(g, state.velocity)
         equipartition, excluded = finite_chain_mean(-x * g)
         signs = jnp.where(equipartition >= 1.0, 1.0, -1.0).astype(u.dtype)
         return eqx.tree_at(lambda s: s.velocity, state, signs * u), excluded
@@ -365,7 +369,7 @@ class LAPS(Adaptation):
         kernel = MCLMC(step_size=jnp.exp2(c.log2_step_size), L=c.L, inverse_mass_matrix=c.imm,
                        integrator=self.burn_in_integrator)
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
-        state, info = kernel.step(logdensity, c.state, jax.random.fold_in(key, c.t))
+        state, info = step_chain(kernel, logdensity, c.state, jax.random.fold_in(key, c.t))
         x, g = state.position, state.grad
         x2 = x * x
         energy = info.energy_change.astype(x.dtype)
@@ -490,7 +494,7 @@ class LAPS(Adaptation):
                      ) -> tuple[_Phase2, tuple[Array, Array]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
-        state, info = kernel.step(logdensity, c.state, jax.random.fold_in(key, t))
+        state, info = step_chain(kernel, logdensity, c.state, jax.random.fold_in(key, t))
         means, bad = finite_chain_mean({"acceptance": info.acceptance_rate,
                                         "x2": state.position * state.position})
         acceptance = means["acceptance"]
@@ -563,7 +567,7 @@ class LAPS(Adaptation):
                                  L_proposal_factor=self.L_proposal_factor, integrator=name)
 
         kernel = kernel_for(step_size)
-        state2 = kernel.init(logdensity, position, k_init)
+        state2 = init_chain(kernel, logdensity, position, k_init)
         start = _Phase2(state2, jnp.log(step_size), jnp.asarray(-jnp.inf, dtype),
                         jnp.asarray(jnp.inf, dtype), jnp.int32(0), jnp.int32(0),
                         jnp.int32(0), _Welford.zeros_like(position))

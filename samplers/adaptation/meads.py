@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .._sampler import Info, Logdensity, Sampler, resolve, select
+from .._sampler import Info, Logdensity, Sampler, resolve, select, step_chain
 from ..kernels.ghmc import GHMC, GHMCState
 from ..kernels.random_walk import next_count
 from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
@@ -36,6 +36,8 @@ class _HeldFold(Sampler):
     kinetic energy far above equilibrium into its next trajectories.
     """
 
+    step_uses_ensemble = True  # the fold is the chain index; the kernel step is blocked
+
     kernel: GHMC
     held_fold: Int[Array, ""]
     directions: Float[Array, "2 folds dim"]
@@ -52,7 +54,7 @@ class _HeldFold(Sampler):
     def step(self, logdensity: Logdensity, state: GHMCState,
              key: PRNGKeyArray) -> tuple[GHMCState, Info]:
         moving = eqx.tree_at(lambda s: s.momentum, state, state.momentum * self.momentum_scale)
-        new, info = self.kernel.step(logdensity, moving, key)
+        new, info = step_chain(self.kernel, logdensity, moving, key)
         held = self.fold() == self.held_fold
         return select(held, next_count(state), new), info
 

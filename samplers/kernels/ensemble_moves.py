@@ -65,6 +65,9 @@ class _RedBlueMove(Sampler):
     """A Metropolis-Hastings move of one walker against the complementary half of the
     ensemble; subclasses supply `proposal` and `scale`."""
 
+    # `step` gathers the ensemble; the per-walker move inside it is blocked instead.
+    step_uses_ensemble = True
+
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
                                             kw_only=True)
 
@@ -96,7 +99,8 @@ class _RedBlueMove(Sampler):
         except enn.CollectiveError:
             pass
         position = jnp.asarray(position)
-        return State(position, log_density(logdensity, position), jnp.int32(0))
+        logp = enn.batch_invariant(log_density)(logdensity, position)
+        return State(position, logp, jnp.int32(0))
 
     def _move(self, logdensity: Logdensity, state: State, ensemble: Array, start: int,
               size: int, key: PRNGKeyArray) -> tuple[State, Info]:
@@ -124,7 +128,8 @@ class _RedBlueMove(Sampler):
         # against the first as it is *after* sub-step 0, hence the second gather.
         for moving, start in ((0, half), (1, 0)):
             ensemble = enn.chain_all_gather(state.position)
-            moved, info = self._move(logdensity, state, ensemble, start, half, keys[moving])
+            moved, info = enn.batch_invariant(self._move)(logdensity, state, ensemble, start,
+                                                          half, keys[moving])
             active = in_second if moving else ~in_second
             state = select(active, moved, state)
             infos.append(info)

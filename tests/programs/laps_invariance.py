@@ -1,18 +1,18 @@
 """Run a small LAPS adaptation on N simulated devices and save what it tuned and where the
 chains ended.
 
-Usage: python laps_invariance.py NUM_DEVICES OUT.npz   (a fresh process per N)
+Usage: python laps_invariance.py NUM_DEVICES OUT.npz BLOCK_SIZE   (a fresh process per N)
 
-The same run is made in float32 and then in float64; keys are prefixed `float32_` and
-`float64_`. It makes the two `ensemble_map` calls that `samplers.run` makes before sampling
-(per-chain initial states, then the adaptation) and stops there: the sampling loop that
-follows is the driver's, and compiling it too would double the cost of this program.
+`samplers.run` with LAPS (60 + 8 adaptation steps, then 12 sampling steps), made in
+float32 and then in float64; keys are prefixed `float32_` and `float64_`. BLOCK_SIZE is
+`samplers.run`'s `block_size` (an int, or `none`).
 """
 
 import os
 import sys
 
 num_devices, out_path = int(sys.argv[1]), sys.argv[2]
+BLOCK = None if sys.argv[3] == "none" else int(sys.argv[3])
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -20,7 +20,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-import ensemblenn as enn  # noqa: E402
 import samplers  # noqa: E402
 
 NUM_CHAINS, DIM = 16, 8  # 16, 8, 4 and 2 chains per device
@@ -36,16 +35,14 @@ def run(dtype: str) -> dict:
     positions = np.random.default_rng(3).standard_normal((NUM_CHAINS, DIM)).astype(dtype)
     laps = samplers.LAPS(num_steps1=60, num_adaptation_steps=8, superchain_size=4)
     mesh = jax.make_mesh((num_devices,), ("chains",))
-    k_init, k_adapt = jax.random.split(jax.random.key(7))
-    init = enn.ensemble_map(lambda x, k: laps.initial_state(None, target, x, k), mesh=mesh,
-                            in_roles=enn.PER_CHAIN, out_roles=enn.PER_CHAIN)
-    adapt = enn.ensemble_map(lambda s, k: laps.run(None, target, s, k), mesh=mesh,
-                             in_roles=enn.PER_CHAIN, out_roles=(None, enn.PER_CHAIN, None))
-    state = init(positions, enn.chain_keys(k_init, NUM_CHAINS))
-    tuned, state, info = adapt(state, enn.chain_keys(k_adapt, NUM_CHAINS))
+    result = samplers.run(None, target, positions, key=jax.random.key(7), num_steps=12,
+                          adaptation=laps, mesh=mesh, superchain_size=4, progress=False,
+                          block_size=BLOCK)
+    tuned, info = result.sampler, result.adaptation_info
     saved = {
-        "position": state.position,
-        "logdensity": state.logdensity,
+        "position": result.state.position,
+        "logdensity": result.state.logdensity,
+        "mean": result.diagnostics.mean,
         "step_size": tuned.step_size,
         "num_integration_steps": tuned.num_integration_steps,
         "inverse_mass_matrix": tuned.inverse_mass_matrix,
