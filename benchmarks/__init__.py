@@ -15,6 +15,8 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
 * ``ensemble``: samplers.Stretch vs emcee and NumPyro AIES (stretch move).
 * ``nuts``: NumPyro NUTS (4 chains) vs samplers.LAPS with many chains.
 * ``scaling``: LAPS time per step and peak memory for 1..8 devices and 64..4096 chains.
+* ``blocks``: the cost of ``samplers.run(block_size=k)`` (device-count invariance) vs one
+  wide batch per device.
 
 The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
 installed prints a ``skipped`` line for it and still runs our side.
@@ -28,6 +30,7 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "ensemble": ((1,), "samplers.Stretch vs emcee and NumPyro AIES"),
     "nuts": ((4,), "NumPyro NUTS (4 chains) vs samplers.LAPS (many chains)"),
     "scaling": ((1, 2, 4, 8), "LAPS time per step and peak memory vs devices and chains"),
+    "blocks": ((1, 4), "samplers.run block_size (device-count invariance) vs one batch"),
 }
 
 __all__ = ["BENCHMARKS"]

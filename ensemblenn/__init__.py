@@ -9,7 +9,15 @@ Example:
 
 from ._batch_invariant import batch_invariant
 from ._closures import shard_map_captures
-from ._collectives import chain_all_gather, chain_index, chain_mean, chain_sum, num_chains
+from ._collectives import (
+    chain_all_gather,
+    chain_index,
+    chain_mean,
+    chain_sum,
+    num_chains,
+    ordered_sum,
+    rounded,
+)
 from ._ensemble_map import EnsembleMapped, ensemble_map
 from ._errors import (
     ChainCountError,
@@ -50,9 +58,11 @@ __all__ = [
     "default_mesh",
     "ensemble_map",
     "num_chains",
+    "ordered_sum",
     "partition",
     "per_chain",
     "role_of",
+    "rounded",
     "shard_map_captures",
 ]
 

@@ -53,22 +53,49 @@ def tree_sum(x: Array) -> Array:
     return x[0]
 
 
-def _rounded(x: Array) -> Array:
+def rounded(x: Array) -> Array:
     """`x`, rounded to its dtype before any addition sees it.
 
-    XLA may contract the caller's last multiply into our first addition (`x*x + y*y` as an
-    FMA), and whether it does depends on fusion, so on the device count. Multiplying by a
-    1.0 that XLA cannot constant-fold ends the caller's expression in a plain rounding
-    multiply; an FMA of `a * 1.0 + b` equals `a + b` exactly.
+    XLA may contract a multiply into the addition that follows (`a*b + c` as one FMA), and
+    whether it does depends on fusion, hence on the program around it, hence on the number
+    of chains per device. Multiplying by a 1.0 that XLA cannot constant-fold ends the
+    caller's expression in a plain rounding multiply (an FMA of `a * 1.0 + b` equals
+    `a + b` exactly), so what follows sees the same value in every program.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> m1, m2 = jnp.float32(1.5), jnp.float32(3.0)
+        >>> float(m2 - enn.rounded(m1 * m1))  # a variance that no FMA can reorder
+        0.75
     """
+    x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
     one = 1.0 + 0.0 * jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x))
     return x * one
 
 
+def ordered_sum(x: Array, axis: int = -1) -> Array:
+    """Sum along `axis` in one fixed order, the same in every program.
+
+    `jnp.sum`'s association order is XLA's choice and changes with the batch shape (the
+    number of chains per device) and fusion. This sums a balanced binary tree over the
+    axis (padded with zeros to a power of two) after `enn.rounded`, so per-chain
+    statistics such as a mean over dimensions come out bitwise the same on any device
+    count. Slower than `jnp.sum` for long axes; use it where bits matter (hyperparameters).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> float(enn.ordered_sum(jnp.arange(5.0)))  # ((0 + 1) + (2 + 3)) + (4 + 0)
+        10.0
+        >>> enn.ordered_sum(jnp.ones((2, 3)), axis=0).tolist()
+        [2.0, 2.0, 2.0]
+    """
+    return tree_sum(jnp.moveaxis(rounded(jnp.asarray(x)), axis, 0))
+
+
 def _sum_leaf(x: Any, frame: EnsembleFrame) -> Array:
-    x = _rounded(jnp.asarray(x))
+    x = rounded(jnp.asarray(x))
     local = lax.all_gather(x, frame.local_axis)  # (num_local, ...), same for local chains
     if _is_pow2(frame.num_local):
         partial = tree_sum(local)

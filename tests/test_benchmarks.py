@@ -27,6 +27,7 @@ OURS = {
     "ensemble": ["ensemblenn"],
     "nuts": ["samplers.LAPS"],
     "scaling": None,
+    "blocks": None,
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},

@@ -91,3 +91,33 @@ def test_per_chain_keys_give_per_chain_draws(mesh):
     draws = enn.ensemble_map(lambda k: jax.random.normal(k, (2,)), mesh=mesh,
                              in_roles=enn.PER_CHAIN)(keys)
     np.testing.assert_array_equal(draws, jax.vmap(lambda k: jax.random.normal(k, (2,)))(keys))
+
+
+@pytest.mark.parametrize("length", [1, 5, 8, 100])
+def test_ordered_sum_follows_the_fixed_tree(length):
+    x = jax.random.normal(jax.random.key(length), (3, length))
+    np.testing.assert_array_equal(enn.ordered_sum(x)[1], canonical_tree_sum(x[1]))
+    np.testing.assert_array_equal(enn.ordered_sum(x.T, axis=0), enn.ordered_sum(x))
+    assert enn.ordered_sum(jnp.arange(4)).dtype == jnp.arange(4).dtype  # ints stay ints
+
+
+def test_ordered_sum_is_the_same_for_any_chains_per_device():
+    """Per-chain sums over 100 dimensions, with 64, 32 and 16 chains per device (no
+    block_size): jnp.sum may round differently for these batch shapes, ordered_sum not."""
+    x = jax.random.normal(jax.random.key(0), (64, 100))
+    out = {}
+    for n in (1, 2, 4):
+        mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
+        f = enn.ensemble_map(lambda v: enn.ordered_sum(v * v / 3.0), mesh=mesh,
+                             in_roles=enn.PER_CHAIN)
+        out[n] = np.asarray(f(x))
+    np.testing.assert_array_equal(out[1], out[2])
+    np.testing.assert_array_equal(out[1], out[4])
+    np.testing.assert_allclose(out[1], np.sum(np.asarray(x) ** 2 / 3.0, axis=1), rtol=1e-5)
+
+
+def test_rounded_keeps_values_and_non_floats():
+    x = jnp.array([1.5, -jnp.inf, jnp.nan])
+    r = enn.rounded(x)
+    assert r[0] == 1.5 and r[1] == -jnp.inf and bool(jnp.isnan(r[2]))
+    assert enn.rounded(jnp.arange(3)).dtype == jnp.arange(3).dtype

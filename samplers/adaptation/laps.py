@@ -160,31 +160,8 @@ def _healthy(position: Array, logdensity: Array, grad: Array) -> Bool[Array, ""]
             & jnp.all(jnp.isfinite(position * position)))
 
 
-def _rounded(x: Array) -> Array:
-    """`x` rounded to its dtype before an addition sees it.
-
-    XLA may contract a multiply into the following add (an FMA), and whether it does
-    depends on fusion, hence on the program, hence on the number of chains per device. A
-    multiply by a 1.0 that XLA cannot fold ends the product in a plain rounding (the same
-    trick as `enn.chain_sum`); hyperparameters then come out bitwise the same everywhere.
-    """
-    return x * (1.0 + 0.0 * jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x)))
-
-
-def _sum(x: Array, axis: int = -1) -> Array:
-    """Sum along `axis` in one fixed (balanced-tree) order, whatever XLA vectorises."""
-    x = jnp.moveaxis(_rounded(x), axis, 0)
-    n = x.shape[0]
-    size = 1 << max(n - 1, 0).bit_length()
-    if size != n:
-        x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
-    while x.shape[0] > 1:
-        x = x[0::2] + x[1::2]
-    return x[0]
-
-
 def _mean(x: Array, axis: int = -1) -> Array:
-    return _sum(x, axis) / x.shape[axis]
+    return enn.ordered_sum(x, axis) / x.shape[axis]
 
 
 def _snap(x: Array) -> Array:
@@ -383,9 +360,9 @@ class LAPS(Adaptation):
         fresh = enn.chain_sum((info.is_divergent & was_healthy).astype(jnp.int32))
         any_ok = bad < enn.num_chains()
 
-        var = jnp.maximum(means["x2"] - _rounded(means["x"] ** 2), 0.0)
+        var = jnp.maximum(means["x2"] - enn.rounded(means["x"] ** 2), 0.0)
         bias = _mean((1.0 - means["equipartition"]) ** 2)
-        eevpd = jnp.maximum(means["energy2"] - _rounded(means["energy"] ** 2), 0.0) / dim
+        eevpd = jnp.maximum(means["energy2"] - enn.rounded(means["energy"] ** 2), 0.0) / dim
         wanted = self.C * bias ** 0.375
         log2_factor = jnp.clip(jnp.log2(wanted / eevpd) / 6.0, math.log2(0.3), math.log2(3.0))
         log2_factor = jnp.where(jnp.isfinite(log2_factor), log2_factor, 0.0)  # 0/0: no info
@@ -403,13 +380,14 @@ class LAPS(Adaptation):
         # Identical chains (e.g. all started at one point) have no spread to set L from;
         # they would stay identical without noise, so then refresh on the step-size scale.
         fallback = jnp.where(jnp.isfinite(c.L), c.L, step_size)
-        L = jnp.where(any_ok, _keep_valid(self.alpha * jnp.sqrt(_sum(var / imm)), fallback),
+        L = jnp.where(any_ok,
+                      _keep_valid(self.alpha * jnp.sqrt(enn.ordered_sum(var / imm)), fallback),
                       c.L)
 
         slot = c.t % window
         second = c.second.at[slot].set(jnp.where(any_ok, means["x2"], c.second[slot - 1]))
         second_var = c.second_var.at[slot].set(
-            jnp.where(any_ok, jnp.maximum(means["x4"] - _rounded(means["x2"] ** 2), 0.0),
+            jnp.where(any_ok, jnp.maximum(means["x4"] - enn.rounded(means["x2"] ** 2), 0.0),
                       c.second_var[slot - 1]))
         first = c.first.at[slot].set(jnp.where(any_ok, means["x"], c.first[slot - 1]))
         full = c.t + 1 >= window
@@ -539,9 +517,9 @@ class LAPS(Adaptation):
         # Phase-2 metric: the ensemble variance averaged over the last phase-1 window.
         # Snapped to the grid like the phase-1 step size (0.5 % is far below the metric's
         # statistical error), so that the tuned sampler is the same on any device count.
-        var = jnp.maximum(_mean(p1.second, 0) - _rounded(_mean(p1.first, 0) ** 2), 0.0)
+        var = jnp.maximum(_mean(p1.second, 0) - enn.rounded(_mean(p1.first, 0) ** 2), 0.0)
         imm = jnp.where(jnp.isfinite(var) & (var > 0), _snap(var), 1.0)
-        length = self.trajectory_factor * self.alpha * jnp.sqrt(_sum(var / imm))
+        length = self.trajectory_factor * self.alpha * jnp.sqrt(enn.ordered_sum(var / imm))
         length = _keep_valid(length, jnp.asarray(self.alpha * math.sqrt(dim), dtype))
         # The phase-1 step moves a distance ~ step_size * sqrt(m1); keep that distance.
         step_size1 = jnp.exp2(p1.log2_step_size)
