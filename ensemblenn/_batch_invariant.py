@@ -95,15 +95,33 @@ def _batched_outputs(one_chain: Callable[..., list], operands: list,
     return found
 
 
-def check_block_size(block_size: Any, *, allow_none: bool) -> int | None:
-    """`block_size` if it is a positive int (or None where allowed), else a clear error."""
+AUTO_BLOCKS = 8
+"""`block_size="auto"` is `num_chains // AUTO_BLOCKS`: no padding on up to 8 devices."""
+
+
+def check_block_size(block_size: Any, *, allow_none: bool, allow_auto: bool = False
+                     ) -> int | str | None:
+    """`block_size` if it is a positive int (or None / "auto" where allowed), else a clear
+    error."""
     if block_size is None and allow_none:
         return None
+    if block_size == "auto" and allow_auto:
+        return "auto"
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        options = " or None" if allow_none else ""
+        options += ' or "auto"' if allow_auto else ""
         raise EnsembleError(
             f"block_size={block_size!r}: it must be a positive int (chains per compiled "
-            "block)" + (" or None" if allow_none else "") + ".\n  fix: block_size=8.")
+            f"block){options}.\n  fix: block_size=16.")
     return block_size
+
+
+def resolve_block_size(block_size: int | str | None, num_chains: int) -> int | None:
+    """The block for an ensemble of `num_chains`: "auto" depends on the chain count only,
+    never on the device count, so every device count gets the same block."""
+    if block_size == "auto":
+        return max(1, num_chains // AUTO_BLOCKS)
+    return block_size  # type: ignore[return-value]
 
 
 def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from ._batch_invariant import check_block_size
+from ._batch_invariant import check_block_size, resolve_block_size
 from ._closures import (
     describe_capture,
     is_explicit_sharded,
@@ -256,7 +256,7 @@ class EnsembleMapped:
     """
 
     def __init__(self, fn: Callable, *, mesh: Any, axis: str, in_roles: Any, out_roles: Any,
-                 closures: str, strict: bool, block_size: int | None = None):
+                 closures: str, strict: bool, block_size: int | str | None = None):
         if closures not in ("lift", "error"):
             raise EnsembleError(f"closures must be 'lift' or 'error', got {closures!r}.")
         if not callable(fn):
@@ -268,7 +268,7 @@ class EnsembleMapped:
         self.out_roles = out_roles
         self.closures = closures
         self.strict = strict
-        self.block_size = check_block_size(block_size, allow_none=True)
+        self.block_size = check_block_size(block_size, allow_none=True, allow_auto=True)
         # Deterministic, so equal calls from different EnsembleMapped objects share programs.
         self.local_axis = f"_enn_local_{axis}"
         functools.update_wrapper(self, fn, updated=())
@@ -295,10 +295,10 @@ class EnsembleMapped:
                                  replace=_ARRAY)
         static = _Static(static_tree)
 
-        frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices,
-                              self.block_size)
+        block_size = resolve_block_size(self.block_size, n)
+        frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices, block_size)
         signature = (static, in_per_chain, mesh, self.axis, n, _Static(self.out_roles),
-                     self.block_size,
+                     block_size,
                      tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves))
         reachable = reachable_arrays(static_tree)
         fingerprint = tuple((i, a.shape, a.dtype) for i, a in reachable.items())
@@ -317,8 +317,8 @@ class EnsembleMapped:
             raise ClosureError(_closure_message(self.fn, captured))
         lifted = [place(c, mesh, P()) for c in captured]
 
-        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n,
-                     self.block_size, info)
+        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, block_size,
+                     info)
         token = _CALL.set((self.out_roles, tuple(id(c) for c in captured)))
         try:
             pc_out, bc_out = _execute(plan, leaves, lifted)
@@ -413,7 +413,7 @@ def ensemble_map(
     out_roles: Any = None,
     closures: Literal["lift", "error"] = "lift",
     strict: bool = False,
-    block_size: int | None = None,
+    block_size: int | Literal["auto"] | None = None,
 ) -> EnsembleMapped:
     """Run `fn`, written for ONE chain, over every chain of a sharded ensemble.
 
@@ -442,9 +442,11 @@ def ensemble_map(
         strict: if True an array argument with no role is an error instead of broadcast.
         block_size: how many chains at a time the per-chain code wrapped in
             `enn.batch_invariant` runs. With an integer, that code gives the same bits on
-            any number of devices (XLA compiles it for one fixed block shape); `None`
-            (the default) runs it over all of a device's chains at once, fastest on
-            accelerators but free to differ in the last bit between device counts.
+            any number of devices (XLA compiles it for one fixed block shape); `"auto"`
+            takes `max(1, num_chains // 8)`, which depends only on the chain count (so it
+            is the same on every device count) and needs no padding on up to 8 devices.
+            `None` (the default) runs that code over all of a device's chains at once,
+            fastest, but free to differ in the last bit between device counts.
 
     Returns:
         A callable with the signature of `fn` that takes and returns whole ensembles.

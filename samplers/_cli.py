@@ -33,15 +33,29 @@ def parser() -> argparse.ArgumentParser:
                      help="folder for diagnostics.json and convergence.png (the plot needs "
                           "matplotlib; with --out, b² is tracked at every step for it)")
     run.add_argument("--no-progress", action="store_true")
-    run.add_argument("--block-size", type=int, default=16, metavar="N",
+    run.add_argument("--block-size", type=_block_size, default="auto", metavar="N",
                      help="chains per compiled block, for results that are the same on any "
                           "device count (samplers.run's block_size); 0 runs each device's "
-                          "chains in one batch (default: 16)")
+                          "chains in one batch (default: auto, chains // 8)")
     run.add_argument("--checkpoint", default=None, metavar="DIR",
                      help="save the run in DIR as it goes, so that --resume can continue it")
     run.add_argument("--resume", action="store_true",
                      help="continue the run saved in --checkpoint DIR (or start it afresh)")
     return p
+
+
+def _block_size(text: str) -> int | str | None:
+    if text == "auto":
+        return "auto"
+    if text in ("0", "none", "None"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a block size: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"block size must be >= 0, got {value}")
+    return value or None
 
 
 def make_target(name: str, dim: int | None) -> Any:
@@ -111,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                               track_bias=args.out is not None,
                               progress=not args.no_progress and sys.stderr.isatty(),
                               checkpoint_dir=args.checkpoint, resume=args.resume,
-                              block_size=args.block_size or None)
+                              block_size=args.block_size)
     except samplers.CheckpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

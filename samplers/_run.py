@@ -4,7 +4,7 @@ import functools
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -246,7 +246,7 @@ def run(
     checkpoint_dir: "_checkpoint.PathLike | None" = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
-    block_size: int | None = 16,
+    block_size: int | Literal["auto"] | None = "auto",
 ) -> Result:
     """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
 
@@ -287,12 +287,14 @@ def run(
         block_size: run each chain's transition (and the adaptations' kernel steps)
             `block_size` chains at a time, through `enn.batch_invariant`, so that the
             result is the same, bit for bit, on any number of devices holding the chains
-            (for the same `block_size`). `None` runs all of a device's chains in one
+            (for the same `block_size`). `"auto"` (the default) is
+            `max(1, num_chains // 8)`: it depends on the chain count only, and up to 8
+            devices it needs no padding. `None` runs all of a device's chains in one
             batch: XLA may then round the per-chain arithmetic differently for another
             number of chains per device, and trajectories drift apart from the last bit
-            (float32 positions differ by ~1e-4 after a LAPS adaptation). On CPU the
-            default costs 0-30 % of sampling throughput; with thousands of chains per
-            accelerator, use a block in the hundreds or `None`.
+            (float32 positions differ by ~1e-5 after a short LAPS run). The blocks cost
+            time: 1.0-1.5x the sampling time of `None` on CPU (`python -m benchmarks
+            blocks`); with thousands of chains per accelerator, `None` is the fast choice.
 
     Returns:
         A `samplers.Result`.

@@ -62,8 +62,9 @@ def test_same_bits_for_every_local_batch(block_size):
     np.testing.assert_allclose(whole[1], kinetic, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("block_size", [8, "auto"])
 @pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto])
-def test_ensemble_map_block_size_gives_one_answer_on_1_2_4_devices(kind):
+def test_ensemble_map_block_size_gives_one_answer_on_1_2_4_devices(kind, block_size):
     x, u = _data()
 
     def per_chain(u, x):
@@ -71,7 +72,7 @@ def test_ensemble_map_block_size_gives_one_answer_on_1_2_4_devices(kind):
         return new_u, dk, enn.chain_mean(dk)  # a collective outside the block is fine
 
     out = {n: enn.ensemble_map(per_chain, mesh=_mesh(n, kind), in_roles=enn.PER_CHAIN,
-                               block_size=8)(u, x) for n in (1, 2, 4)}
+                               block_size=block_size)(u, x) for n in (1, 2, 4)}
     for n in (2, 4):
         for a, b in zip(out[1], out[n]):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -169,3 +170,19 @@ def test_under_set_mesh_with_constant_outputs_and_keys(explicit_mesh):
     expected = jax.vmap(step)(jnp.ones((8, 5)), keys)[0]
     np.testing.assert_allclose(np.asarray(moved), np.asarray(expected), rtol=1e-6)
     assert int(three) == 3
+
+
+def test_auto_block_size_depends_on_the_chain_count_only():
+    from ensemblenn._context import current_frame
+
+    seen = {}
+    for devices in (1, 2, 4):
+        for chains in (8, 64, 256):
+            def per_chain(x, key=(devices, chains)):
+                seen[key] = current_frame().block_size
+                return enn.batch_invariant(lambda y: 2 * y)(x)
+
+            out = enn.ensemble_map(per_chain, mesh=_mesh(devices), in_roles=enn.PER_CHAIN,
+                                   block_size="auto")(jnp.ones((chains, 3)))
+            assert out.shape == (chains, 3) and float(out.sum()) == 6.0 * chains
+    assert seen == {(d, c): max(1, c // 8) for d in (1, 2, 4) for c in (8, 64, 256)}

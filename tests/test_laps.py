@@ -163,7 +163,7 @@ def test_laps_is_jittable_end_to_end_and_compiles_once():
 def invariance_outputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("laps_invariance")
     procs = {n: subprocess.Popen([sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz"),
-                                  "16"])
+                                  "auto"])
              for n in (1, 2, 4, 8)}
     for n, proc in procs.items():
         assert proc.wait(timeout=900) == 0, f"program failed on {n} devices"
@@ -174,7 +174,8 @@ def invariance_outputs(tmp_path_factory):
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_laps_is_device_count_invariant(invariance_outputs, n):
     """`samplers.run` with LAPS, same key and chains on 1, 2, 4 and 8 devices (16 chains:
-    16 down to 2 per device), default `block_size=16`: everything is bitwise identical.
+    16 down to 2 per device), default `block_size="auto"` (2 chains per block here):
+    everything is bitwise identical.
 
     Reached on jax 0.10.2 (CPU), in float32 and float64: final positions and log
     densities, the sampling means, every tuned hyperparameter and the adaptation's

@@ -5,14 +5,15 @@ Usage: python laps_invariance.py NUM_DEVICES OUT.npz BLOCK_SIZE   (a fresh proce
 
 `samplers.run` with LAPS (60 + 8 adaptation steps, then 12 sampling steps), made in
 float32 and then in float64; keys are prefixed `float32_` and `float64_`. BLOCK_SIZE is
-`samplers.run`'s `block_size` (an int, or `none`).
+`samplers.run`'s `block_size` (an int, `auto` or `none`).
 """
 
 import os
 import sys
 
 num_devices, out_path = int(sys.argv[1]), sys.argv[2]
-BLOCK = None if sys.argv[3] == "none" else int(sys.argv[3])
+BLOCK = {"none": None, "auto": "auto"}[sys.argv[3]] if sys.argv[3] in ("none", "auto") \
+    else int(sys.argv[3])
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
