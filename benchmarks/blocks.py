@@ -36,7 +36,8 @@ COLUMNS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", default=None, help="comma-separated (default 64,512)")
-    p.add_argument("--blocks", default="none,4,16,64", help="comma-separated block sizes")
+    p.add_argument("--blocks", default="none,auto,4,16,64",
+                   help="comma-separated block sizes (ints, auto, none)")
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default 200)")
     p.add_argument("--repeats", type=int, default=None, help="timings per variant")
 
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.chains:
         chain_counts = [int(c) for c in args.chains.split(",")]
     steps, repeats = args.steps or steps, args.repeats or repeats
-    blocks = [None if b == "none" else int(b) for b in args.blocks.split(",")]
+    blocks = [{"none": None, "auto": "auto"}[b] if b in ("none", "auto") else int(b)
+              for b in args.blocks.split(",")]
     if None not in blocks:
         blocks.insert(0, None)
     target = gaussian(dim)
