@@ -90,7 +90,11 @@ class Sampler(eqx.Module):
 
     Hyperparameters are fields. Subclass to write a new kernel (implement `init` and
     `step`) or to change one piece of an existing one (override e.g. `proposal`).
-    The driver `samplers.run` maps a sampler over the whole sharded ensemble.
+    The driver `samplers.run` maps a sampler over the whole sharded ensemble, running
+    `init` and `step` through `enn.batch_invariant` (blocks of chains, so that results do
+    not depend on the device count). A kernel whose `init` or `step` needs the ensemble
+    (`enn.chain_mean`, `chain_all_gather`, `chain_index`, ...) says so with the class
+    attribute `step_uses_ensemble = True`, and is then run unblocked.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -172,7 +176,7 @@ def step_chain(sampler: Sampler, logdensity: Logdensity, state: State,
     """
     if sampler.step_uses_ensemble:
         return sampler.step(logdensity, state, key)
-    return enn.batch_invariant(sampler.step)(logdensity, state, key)
+    return _blocked(sampler, "step", logdensity, state, key)
 
 
 def init_chain(sampler: Sampler, logdensity: Logdensity, position: Array,
@@ -180,7 +184,24 @@ def init_chain(sampler: Sampler, logdensity: Logdensity, position: Array,
     """`sampler.init` as the driver runs it (see `step_chain`)."""
     if sampler.step_uses_ensemble:
         return sampler.init(logdensity, position, key)
-    return enn.batch_invariant(sampler.init)(logdensity, position, key)
+    return _blocked(sampler, "init", logdensity, position, key)
+
+
+def _blocked(sampler: Sampler, method: str, *args: Any) -> Any:
+    try:
+        return enn.batch_invariant(getattr(sampler, method))(*args)
+    except enn.CollectiveError as err:
+        if "batch_invariant" not in str(err):
+            raise
+        name = type(sampler).__name__
+        raise enn.CollectiveError(
+            f"{name}.{method} calls a cross-chain collective (enn.chain_mean, chain_sum, "
+            "chain_all_gather or chain_index), but the driver runs each chain's init and "
+            "step in blocks of chains (samplers.run's block_size, for results that do not "
+            "depend on the device count), where a collective would see one block.\n  fix: "
+            f"declare `step_uses_ensemble = True` in the body of class {name} (its init and "
+            "step then run over the whole ensemble, unblocked), or pass block_size=None to "
+            "samplers.run.") from None
 
 
 def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0.0,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import ensemblenn as enn
 import samplers
 
 TARGET = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
@@ -121,3 +122,32 @@ def test_invalid_chunk_size_still_runs_or_explains(bad):
         assert result.num_steps == 30
     else:
         assert go(chunk_size=bad).state.position.shape == (8, 3)
+
+
+class _TowardsTheMean(samplers.Sampler):
+    """A toy kernel whose step needs the ensemble: it moves each chain halfway to the mean."""
+
+    def init(self, logdensity, position, key):
+        return samplers.State(position, logdensity(position), jnp.int32(0))
+
+    def step(self, logdensity, state, key):
+        x = 0.5 * (state.position + enn.chain_mean(state.position))
+        return samplers.State(x, logdensity(x), state.count + 1), samplers.unadjusted_info(0)
+
+
+class _TowardsTheMeanDeclared(_TowardsTheMean):
+    step_uses_ensemble = True
+
+
+def test_a_kernel_that_needs_the_ensemble_must_say_so(mesh):
+    positions = jnp.arange(16.0).reshape(8, 2)
+    settings = dict(key=jax.random.key(0), num_steps=3, progress=False, mesh=mesh)
+    with pytest.raises(enn.CollectiveError, match="step_uses_ensemble = True"):
+        samplers.run(_TowardsTheMean(), lambda x: -jnp.sum(x**2), positions, **settings)
+    # declared: run unblocked, over the whole ensemble; or no blocks at all
+    for sampler, block in ((_TowardsTheMeanDeclared(), "auto"), (_TowardsTheMean(), None)):
+        result = samplers.run(sampler, lambda x: -jnp.sum(x**2), positions, block_size=block,
+                              **settings)
+        mean = positions.mean(axis=0)
+        expected = mean + (positions - mean) / 8.0  # three halvings of the spread
+        np.testing.assert_allclose(np.asarray(result.state.position), expected, rtol=1e-6)
