@@ -308,7 +308,8 @@ class EnsembleMapped:
             _DISCOVERIES.move_to_end(signature)
             captured, info = [reachable[i] for i in found.captured_ids], found.info
         else:
-            captured, info = self._discover(static_tree, leaves, in_per_chain, frame)
+            captured, info = self._discover(static_tree, leaves, in_per_chain, frame,
+                                            reachable)
             _DISCOVERIES[signature] = _Discovery(fingerprint, tuple(id(c) for c in captured),
                                                  info)
             if len(_DISCOVERIES) > _MAX_DISCOVERIES:
@@ -340,25 +341,36 @@ class EnsembleMapped:
         return jax.tree.unflatten(info.treedef, full)
 
     def _discover(self, static_tree: Any, leaves: list, in_per_chain: tuple[bool, ...],
-                  frame: EnsembleFrame) -> tuple[list, _OutInfo]:
+                  frame: EnsembleFrame, reachable: dict[int, Any]) -> tuple[list, _OutInfo]:
         """Trace the per-chain function abstractly: its outputs' roles and what it captures."""
         trace = _Trace(static_tree, self.out_roles, self.local_axis)
         pcs, bcs = _split_by_role(leaves, in_per_chain)
         local_pcs = [jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype)
                      for x in pcs]
         local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
+        # A captured array sharded on an Explicit mesh keeps that type in this trace, where
+        # e.g. indexing it by chain would be a sharding error; it will enter the program
+        # replicated, so trace it unsharded: as an input, which is then captured if used.
+        sharded = [a for a in reachable.values() if is_explicit_sharded(a)]
+        plain = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sharded]
 
-        def discover(pc_leaves: list, bc_leaves: list) -> list:
+        def discover(pc_leaves: list, bc_leaves: list, sharded_vals: list) -> list:
+            table = {id(a): v for a, v in zip(sharded, sharded_vals)}
+
             def one(pc: list, bc: list) -> list:
-                return trace.call(_merge_by_role(pc, bc, in_per_chain), None)
+                return trace.call(_merge_by_role(pc, bc, in_per_chain), table)
 
             with entered(frame):
                 return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
                     pc_leaves, bc_leaves)
 
         closed = jax.make_jaxpr(discover, axis_env=[(self.axis, frame.num_devices)])(
-            local_pcs, local_bcs)
-        return jaxpr_constants(closed), trace.info
+            local_pcs, local_bcs, plain)
+        used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
+        used |= {id(v) for v in closed.jaxpr.outvars}
+        sharded_vars = closed.jaxpr.invars[len(closed.jaxpr.invars) - len(sharded):]
+        captured_sharded = [a for a, v in zip(sharded, sharded_vars) if id(v) in used]
+        return jaxpr_constants(closed) + captured_sharded, trace.info
 
     def _args_roles(self, nargs: int) -> Any:
         roles = self.in_roles

@@ -179,3 +179,34 @@ def _shard_map_eqns(jaxpr):
             if hasattr(param, "jaxpr") and hasattr(param.jaxpr, "eqns"):
                 found += _shard_map_eqns(param.jaxpr)
     return found
+
+
+@pytest.mark.parametrize("placement", ["per-chain sharded", "replicated", "one device"])
+def test_captured_per_chain_data_indexed_by_chain(mesh, placement):
+    """A captured array holding one row per chain, indexed with enn.chain_index(): on an
+    Explicit mesh its sharded type used to break the discovery trace."""
+    rows = jnp.arange(N * 3.0).reshape(N, 3)
+    if placement == "per-chain sharded":
+        rows = sharded(rows, mesh, P("chains"))
+    elif placement == "replicated":
+        rows = sharded(rows, mesh)
+
+    def body(x):
+        return x + rows[enn.chain_index()]
+
+    out = enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN)(jnp.ones((N, 3)))
+    np.testing.assert_array_equal(np.asarray(out), 1.0 + np.arange(N * 3.0).reshape(N, 3))
+    with pytest.raises(enn.ClosureError, match=r"float32\[8(@chains)?,3\]"):
+        enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN, closures="error")(
+            jnp.ones((N, 3)))
+
+
+def test_an_unused_sharded_array_in_reach_is_not_captured(explicit_mesh):
+    unused = sharded(jnp.ones(N), explicit_mesh, P("chains"))
+    holder = {"unused": unused}
+
+    def body(x):
+        return x * 2 if holder else x  # `holder` is reachable, its array never read
+
+    f = enn.ensemble_map(body, mesh=explicit_mesh, in_roles=enn.PER_CHAIN, closures="error")
+    assert f(jnp.ones(N)).tolist() == [2.0] * N
