@@ -55,8 +55,6 @@ def _gaussian_errors(sampler, mesh):
     standard error of a mean is ~0.02 sd and of a covariance entry ~0.03 sd_i sd_j.
     """
     x0 = 1.0 + 2.0 * jax.random.normal(jax.random.key(0), (64, 5))
-    # chunk_size > num_warmup: with an Explicit mesh, thin and a chunk made only of warmup
-    # steps, samplers.run fails slicing an empty trace (a driver bug, reported).
     result = samplers.run(sampler, gaussian, x0, key=jax.random.key(1), num_steps=2000,
                           num_warmup=500, mesh=mesh, progress=False, thin=5, chunk_size=1250)
     draws = np.asarray(result.trace).reshape(-1, 5)
@@ -70,8 +68,8 @@ def _gaussian_errors(sampler, mesh):
                          ids=["stretch", "de"])
 def test_correlated_gaussian_moments(sampler, explicit_mesh):
     """Mean within 0.1 sd and covariance within 0.1 sd_i sd_j (~5 standard errors for the
-    stretch move, more for DE, which mixes faster here; observed maxima 0.042 for Stretch,
-    0.012 for DE)."""
+    stretch move, more for DE, which mixes faster here; observed maxima 0.026 for Stretch,
+    0.035 for DE)."""
     mean_error, cov_error, acceptance = _gaussian_errors(sampler, explicit_mesh)
     assert mean_error < 0.1
     assert cov_error < 0.1
@@ -97,11 +95,11 @@ def test_rosenbrock_moments(sampler, explicit_mesh):
     overdispersed start, too slow for a unit test; convergence from a bad start is the
     Gaussian test's job. That the walkers really moved is checked by the correlation
     between first and last positions across walkers: |corr| < 0.4 (a stuck kernel gives
-    ~1; observed <= 0.18, the 4-d banana's autocorrelation being long).
+    ~1).
     Tolerances: b² of the second moments (the MCLMC/LAPS benchmarks' metric,
     (E[x²] error)² / Var[x²]) below 0.01, the usual "converged" threshold; means within
-    0.1 for x (E = 1, sd 1) and 0.3 for y (E = 2, sd ~2.5). Observed: b² 1.4e-3 (Stretch)
-    and 1e-4 (DE), mean errors <= 0.09.
+    0.1 for x (E = 1, sd 1) and 0.3 for y (E = 2, sd ~2.5). Observed: b² 8e-4 (Stretch)
+    and 3e-4 (DE), mean errors <= 0.07, |corr| <= 0.06.
     """
     target = samplers.targets.Rosenbrock(num_pairs=2)
     x0 = jax.vmap(target.sample)(jax.random.split(jax.random.key(2), 256))
@@ -123,9 +121,9 @@ half) on devices 0-1 at 0 and 1, walkers 8-15 on devices 2-3 at 3 and 7."""
 
 def _first_step_everywhere(sampler, meshes):
     """Five steps of `sampler` on `flat` from `BLOCKS` on each mesh. Checks that the traces
-    agree, bitwise on the Explicit and Auto 4-device meshes (same key, same draws) and to
-    float tolerance on fewer devices, then returns the positions before and after the
-    first step (1-d)."""
+    agree bitwise, on the Explicit and Auto 4-device meshes (same key, same draws) and
+    on fewer devices too (blocked per-walker arithmetic), then returns the positions
+    before and after the first step (1-d)."""
     traces = [
         np.asarray(samplers.run(sampler, flat, BLOCKS, key=jax.random.key(4), num_steps=5,
                                 mesh=m, progress=False, thin=1).trace)[..., 0]
@@ -134,7 +132,7 @@ def _first_step_everywhere(sampler, meshes):
     assert traces[0].shape == (16, 5)
     np.testing.assert_array_equal(traces[0], traces[1])
     for other in traces[2:]:
-        np.testing.assert_allclose(traces[0], other, rtol=1e-6)
+        np.testing.assert_array_equal(traces[0], other)
     return np.asarray(BLOCKS)[:, 0], traces[0][:, 0]
 
 

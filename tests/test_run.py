@@ -151,3 +151,14 @@ def test_a_kernel_that_needs_the_ensemble_must_say_so(mesh):
         mean = positions.mean(axis=0)
         expected = mean + (positions - mean) / 8.0  # three halvings of the spread
         np.testing.assert_allclose(np.asarray(result.state.position), expected, rtol=1e-6)
+
+
+def test_thinned_trace_with_chunks_of_warmup_only(explicit_mesh):
+    """Chunks made only of warmup steps keep nothing; the trace is the same for any
+    chunking (the driver once failed slicing an empty trace on an Explicit mesh)."""
+    settings = dict(key=jax.random.key(0), num_steps=20, num_warmup=30, thin=5,
+                    mesh=explicit_mesh, progress=False)
+    runs = [samplers.run(samplers.MALA(step_size=0.3), lambda x: -0.5 * jnp.sum(x**2),
+                         jnp.zeros((8, 2)), chunk_size=c, **settings) for c in (10, 50)]
+    assert runs[0].trace.shape == (8, 4, 2)
+    np.testing.assert_array_equal(np.asarray(runs[0].trace), np.asarray(runs[1].trace))

@@ -49,6 +49,12 @@ def _half_size(kernel: str) -> int:
     return n // 2
 
 
+def _index_below(u: Array, n: int) -> Array:
+    """A uniform integer in `[0, n)` from a uniform `u` in `[0, 1)` (n is at most a few
+    thousand walkers, far below float32's 2^24 resolution)."""
+    return jnp.minimum(jnp.floor(u.astype(jnp.float32) * n).astype(jnp.int32), n - 1)
+
+
 def _concrete(value: Hyper) -> np.ndarray | None:
     """A hyperparameter's value if it is known before the run (not a schedule or tracer)."""
     if isinstance(value, enn.PerChainValue):
@@ -103,9 +109,9 @@ class _RedBlueMove(Sampler):
         return State(position, logp, jnp.int32(0))
 
     def _move(self, logdensity: Logdensity, state: State, ensemble: Array, start: int,
-              size: int, key: PRNGKeyArray) -> tuple[State, Info]:
+              size: int, key_proposal: PRNGKeyArray,
+              key_accept: PRNGKeyArray) -> tuple[State, Info]:
         """One MH update of this walker against `ensemble[start : start + size]`."""
-        key_proposal, key_accept = jax.random.split(key)
         proposed, correction = self.proposal(key_proposal, state.position, ensemble, start,
                                              size, state.count)
         logp = log_density(logdensity, proposed)
@@ -122,14 +128,14 @@ class _RedBlueMove(Sampler):
              key: PRNGKeyArray) -> tuple[State, Info]:
         half = _half_size(type(self).__name__)
         in_second = enn.chain_index() >= half
-        keys = jax.random.split(key, 2)
+        keys = jax.random.split(key, 4)  # (proposal, acceptance) for each sub-step
         infos = []
         # Sub-step 0 moves the first half against the second; sub-step 1 the second half
         # against the first as it is *after* sub-step 0, hence the second gather.
         for moving, start in ((0, half), (1, 0)):
             ensemble = enn.chain_all_gather(state.position)
-            moved, info = enn.batch_invariant(self._move)(logdensity, state, ensemble, start,
-                                                          half, keys[moving])
+            moved, info = enn.batch_invariant(self._move)(
+                logdensity, state, ensemble, start, half, keys[2 * moving], keys[2 * moving + 1])
             active = in_second if moving else ~in_second
             state = select(active, moved, state)
             infos.append(info)
@@ -191,12 +197,13 @@ class Stretch(_RedBlueMove):
     def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
                  ensemble: Float[Array, "chains dim"], start: int, size: int,
                  count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
-        key_j, key_z = jax.random.split(key)
         a = self.scale(position, count)
-        anchor = ensemble[start + jax.random.randint(key_j, (), 0, size)]
+        # One draw for both random numbers: threefry, not the arithmetic, is what a
+        # stretch move spends its time on.
+        u_j, u = jax.random.uniform(key, (2,), position.dtype)
+        anchor = ensemble[start + _index_below(u_j, size)]
         # Inverse CDF of g(z) ∝ 1/sqrt(z) on [1/a, a]: sqrt(z) is uniform on
         # [1/sqrt(a), sqrt(a)], i.e. z = (1 + (a - 1) u)^2 / a.
-        u = jax.random.uniform(key_z, (), position.dtype)
         z = (1 + (a - 1) * u) ** 2 / a
         proposed = anchor + z * (position - anchor)
         # The map x -> y stretches all d directions by z; with g(1/z) = z g(z) the
@@ -272,10 +279,11 @@ class DifferentialEvolution(_RedBlueMove):
     def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
                  ensemble: Float[Array, "chains dim"], start: int, size: int,
                  count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
-        key_j, key_k, key_eps = jax.random.split(key, 3)
-        j = jax.random.randint(key_j, (), 0, size)
+        key_jk, key_eps = jax.random.split(key)
+        u_j, u_k = jax.random.uniform(key_jk, (2,), jnp.float32)
+        j = _index_below(u_j, size)
         # k uniform over the other size - 1 walkers of the half: an offset in [1, size).
-        k = (j + jax.random.randint(key_k, (), 1, size)) % size
+        k = (j + 1 + _index_below(u_k, size - 1)) % size
         difference = ensemble[start + j] - ensemble[start + k]
         sigma = resolve(self.sigma, count).astype(position.dtype)
         eps = sigma * jax.random.normal(key_eps, position.shape, position.dtype)
