@@ -5,7 +5,8 @@ devices (the mesh axis). Sums use one fixed association order, a balanced binary
 the global chain index (padded with zeros to a power of two), so results are bitwise
 identical on any device count: each device reduces its block of chains, the partial sums
 are gathered and the tree is finished. When a device's block is not a power of two in
-size, every chain's value is gathered instead, so the tree is still the same one.
+size, each device sums the tree's nodes that lie inside its block (at most 2 log2 of the
+block size) and those node sums are gathered, so the tree is still the same one.
 """
 
 from typing import Any
@@ -94,14 +95,58 @@ def ordered_sum(x: Array, axis: int = -1) -> Array:
     return tree_sum(jnp.moveaxis(rounded(jnp.asarray(x)), axis, 0))
 
 
+def _tree_nodes(start: int, stop: int) -> list[tuple[int, int]]:
+    """The maximal nodes `(level, index)` of the global tree (node `(k, i)` covers chains
+    `[i 2^k, (i + 1) 2^k)`) that tile `[start, stop)`: at most 2 log2(stop - start)."""
+    nodes = []
+    while start < stop:
+        level = 0
+        while (start % (2 << level) == 0) and start + (2 << level) <= stop:
+            level += 1
+        nodes.append((level, start >> level))
+        start += 1 << level
+    return nodes
+
+
+def _sum_by_nodes(local: Array, frame: EnsembleFrame) -> Array:
+    """The fixed-tree sum when a device's block of chains is not a power of two: each
+    device sums the tree nodes that lie inside its block, the node sums are gathered (a
+    few per device rather than every chain's value) and the top of the tree is finished
+    from them, in the same order as `tree_sum` over every chain."""
+    n, per = frame.num_chains, frame.num_local
+    nodes = [_tree_nodes(d * per, (d + 1) * per) for d in range(frame.num_devices)]
+    width = max(len(ns) for ns in nodes)
+    zero = jnp.zeros_like(local[0])
+
+    def branch(d: int) -> Any:
+        def node_sums(local: Array) -> Array:
+            sums = [tree_sum(local[i * (1 << k) - d * per:(i + 1) * (1 << k) - d * per])
+                    for k, i in nodes[d]]
+            return jnp.stack(sums + [zero] * (width - len(sums)))
+        return node_sums
+
+    mine = lax.switch(lax.axis_index(frame.mesh_axis),
+                      [branch(d) for d in range(frame.num_devices)], local)
+    every = lax.all_gather(mine, frame.mesh_axis)  # (devices, width, ...)
+    where = {node: (d, slot) for d, ns in enumerate(nodes) for slot, node in enumerate(ns)}
+
+    def node(k: int, i: int) -> Array:
+        if (k, i) in where:
+            return every[where[(k, i)]]
+        if i << k >= n:
+            return zero  # only the zero padding below this node
+        return node(k - 1, 2 * i) + node(k - 1, 2 * i + 1)
+
+    return node(max(n - 1, 0).bit_length(), 0)
+
+
 def _sum_leaf(x: Any, frame: EnsembleFrame) -> Array:
     x = rounded(jnp.asarray(x))
     local = lax.all_gather(x, frame.local_axis)  # (num_local, ...), same for local chains
     if _is_pow2(frame.num_local):
         partial = tree_sum(local)
         return tree_sum(lax.all_gather(partial, frame.mesh_axis))
-    every = lax.all_gather(local, frame.mesh_axis, tiled=True)
-    return tree_sum(every)
+    return _sum_by_nodes(local, frame)
 
 
 def chain_sum(tree: PyTree) -> PyTree:

@@ -18,7 +18,7 @@ def canonical_tree_sum(x):
     return x[0]
 
 
-@pytest.mark.parametrize("num_chains", [4, 8, 12, 32])  # 12: three chains per device
+@pytest.mark.parametrize("num_chains", [4, 8, 12, 20, 24, 32, 44, 96])  # 12: 3 per device
 def test_chain_sum_and_mean_follow_the_fixed_tree(mesh, num_chains):
     x = jax.random.normal(jax.random.key(0), (num_chains, 3))
 
@@ -121,3 +121,25 @@ def test_rounded_keeps_values_and_non_floats():
     r = enn.rounded(x)
     assert r[0] == 1.5 and r[1] == -jnp.inf and bool(jnp.isnan(r[2]))
     assert enn.rounded(jnp.arange(3)).dtype == jnp.arange(3).dtype
+
+
+@pytest.mark.parametrize("devices,num_chains", [(1, 7), (2, 6), (3, 12), (3, 15), (3, 33),
+                                                (2, 22)])
+def test_fixed_tree_on_other_device_counts(devices, num_chains):
+    """Blocks of 7, 3, 4, 5, 11 and 11 chains per device: the same canonical tree."""
+    mesh = jax.make_mesh((devices,), ("chains",), devices=jax.devices()[:devices])
+    x = jax.random.normal(jax.random.key(num_chains), (num_chains, 2))
+    total = enn.ensemble_map(lambda v: enn.chain_sum(v), mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    np.testing.assert_array_equal(total, canonical_tree_sum(x))
+
+
+def test_uneven_blocks_gather_node_sums_not_every_chain():
+    """96 chains on 4 devices (24 each): what crosses devices is a few tree-node sums per
+    device, not every chain's value."""
+    mesh = jax.make_mesh((4,), ("chains",))
+    f = enn.ensemble_map(lambda v: enn.chain_sum(v), mesh=mesh, in_roles=enn.PER_CHAIN)
+    hlo = jax.jit(f).lower(jnp.ones((96, 1000))).compile().as_text()
+    gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
+    assert gathers, "expected the node sums to be all-gathered"
+    # 24 = 16 + 8: two nodes per device at most here, so (4, 2, 1000) floats, not (96, 1000)
+    assert all("96,1000" not in line for line in gathers), gathers
