@@ -325,7 +325,7 @@ def run(
         checkpoint_dir, checkpoint_every, resume, traced=traced, key=key, mesh=mesh, axis=axis,
         sampler=sampler, adaptation=adaptation, logdensity=logdensity, positions=positions,
         num_steps=num_steps, num_warmup=num_warmup, thin=thin,
-        track_bias=track_bias and reference is not None)
+        track_bias=track_bias and reference is not None, block_size=block_size)
 
     def prepare() -> tuple[Any, _Carry, Any]:
         """Initialisation and adaptation; a resumed run loads their outcome instead."""

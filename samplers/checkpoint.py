@@ -230,9 +230,10 @@ def _name(x: Any) -> str | None:
 
 def fingerprint(*, sampler: Any, adaptation: Any, logdensity: Any, positions: Any,
                 key: PRNGKeyArray, num_steps: int, num_warmup: int, thin: int | None,
-                track_bias: bool) -> dict[str, Any]:
+                track_bias: bool, block_size: int | str | None = "auto") -> dict[str, Any]:
     """A JSON-able description of a run's configuration; a checkpoint only resumes a run
-    whose fingerprint is identical.
+    whose fingerprint is identical. `block_size` is part of it: another block size gives
+    another run in the last bits, so resuming with it would break the bitwise promise.
 
     Class names and shapes are kept readable (they make the mismatch message); the values
     of hyperparameters, target data, initial positions and the key enter as digests.
@@ -258,6 +259,7 @@ def fingerprint(*, sampler: Any, adaptation: Any, logdensity: Any, positions: An
         "num_warmup": int(num_warmup),
         "thin": thin,
         "track_bias": bool(track_bias),
+        "block_size": block_size,
         "sampler_config": _digest(sampler),
         "adaptation_config": _digest(adaptation),
         "target_config": _digest(logdensity),

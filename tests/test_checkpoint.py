@@ -138,6 +138,10 @@ def test_checkpoint_of_another_sampler_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(checkpoint.CheckpointMismatchError, match="the key differ"):
         samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
                      resume=True, **{**kwargs, "key": jax.random.key(12)})
+    # another block size would change the last bits, so it is another run too
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="block_size: 'auto' in the"):
+        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
+                     resume=True, **{**kwargs, "block_size": None})
 
 
 def test_existing_checkpoint_needs_resume_and_bad_arguments_are_errors(tmp_path, monkeypatch):
