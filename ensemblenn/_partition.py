@@ -86,6 +86,33 @@ def resolve_roles(
         RoleError: an invalid `in_roles` entry or structure, a per-chain role placed
             directly on a non-array, or (strict mode) an array with no role.
     """
+    # The roles depend on the structure only (tree shape, classes and their field roles,
+    # which leaves are arrays or scalars), not on the values: resolve each structure once.
+    leaves, treedef = jax.tree.flatten(tree)
+    kinds = tuple(2 if eqx.is_array(x) else 1 if _is_scalar_constant(x) else 0
+                  for x in leaves)
+    try:
+        key = (treedef, kinds, in_roles, strict, root, default)
+        cached = _RESOLVED.get(key)
+    except (TypeError, ValueError):  # unhashable in_roles (a list) or static field
+        key, cached = None, None
+    if cached is not None:
+        arrays = [x for x, kind in zip(leaves, kinds) if kind == 2]
+        return [LeafInfo(path, x, role) for (path, role), x in zip(cached, arrays)]
+    out = _walk_roles(tree, in_roles, strict, root, default)
+    if key is not None and len(out) == kinds.count(2):
+        _RESOLVED[key] = [(i.path, i.role) for i in out]
+        if len(_RESOLVED) > _MAX_RESOLVED:
+            _RESOLVED.pop(next(iter(_RESOLVED)))
+    return out
+
+
+_RESOLVED: dict = {}
+_MAX_RESOLVED = 1024
+
+
+def _walk_roles(tree: PyTree, in_roles: Any, strict: bool, root: str,
+                default: Role | None) -> list[LeafInfo]:
     out: list[LeafInfo] = []
 
     def walk(node: Any, path: str, forced: Role | None, declared: Role | None,
@@ -158,7 +185,7 @@ def count_chains(infos: Sequence[LeafInfo]) -> int | None:
     Raises:
         ChainCountError: a per-chain leaf is a scalar, or leading sizes disagree.
     """
-    sizes: dict[int, list[str]] = {}
+    sizes: dict[int, list[LeafInfo]] = {}
     for info in infos:
         if info.role is not PER_CHAIN:
             continue
@@ -169,11 +196,13 @@ def count_chains(infos: Sequence[LeafInfo]) -> int | None:
                 "leaf needs a leading ensemble axis and this one is a scalar.\n  fix: stack one "
                 "value per chain (shape (num_chains, ...)) or make it enn.BROADCAST."
             )
-        sizes.setdefault(shape[0], []).append(f"{info.path}: {describe(info.value)}")
+        sizes.setdefault(shape[0], []).append(info)
     if not sizes:
         return None
     if len(sizes) > 1:
-        lines = "\n".join(f"  leading size {n}: " + ", ".join(p) for n, p in sizes.items())
+        lines = "\n".join(f"  leading size {n}: "
+                          + ", ".join(f"{i.path}: {describe(i.value)}" for i in leaves)
+                          for n, leaves in sizes.items())
         raise ChainCountError(
             "Per-chain leaves disagree on the number of chains (their leading axis):\n"
             f"{lines}\n  fix: every {PER_CHAIN} leaf must have shape (num_chains, ...); mark "

@@ -148,3 +148,24 @@ def test_partition_does_not_mutate_inputs():
     enn.partition(tree, in_roles={"a": enn.PER_CHAIN, "b": None})
     np.testing.assert_array_equal(tree["a"], before[0])
     assert tree["b"] == before[1]
+
+
+def test_role_resolution_is_reused_per_structure_and_stays_correct():
+    """Roles are resolved once per structure; the same structure with other values (or a
+    scalar where an array was) must still get the right leaves and roles."""
+    from ensemblenn import _partition
+
+    class Pair(eqx.Module):
+        a: jax.Array = enn.per_chain()
+        b: jax.Array = enn.broadcast()
+
+    first = enn.partition(Pair(jnp.zeros((4, 2)), jnp.ones(3)))[1]
+    assert (first.a, first.b) == (P("chains"), P())
+    size = len(_partition._RESOLVED)
+    second_module = Pair(jnp.ones((8, 2)), jnp.zeros(5))
+    operands, specs, _ = enn.partition(second_module)
+    assert len(_partition._RESOLVED) == size  # reused
+    assert (specs.a, specs.b) == (P("chains"), P())
+    assert [x.shape for x in jax.tree.leaves(operands)] == [(8, 2), (5,)]
+    with pytest.raises(enn.RoleError, match="per_chain|PER_CHAIN|per-chain"):
+        enn.partition(Pair(1.5, jnp.zeros(5)))  # same treedef, a scalar where an array was
