@@ -290,7 +290,8 @@ class EnsembleMapped:
         self._check_chain_count(n, devices, infos)
         num_local = n // devices
         in_per_chain = tuple(i.role is PER_CHAIN for i in infos)
-        leaves = [place(i.value, mesh, spec_for(i.role, self.axis)) for i in infos]
+        leaves = [place(i.value, mesh, spec_for(i.role, self.axis), reuse=i.role is BROADCAST)
+                  for i in infos]
         static_tree = eqx.filter((self.fn, args, kwargs), eqx.is_array, inverse=True,
                                  replace=_ARRAY)
         static = _Static(static_tree)
@@ -316,7 +317,7 @@ class EnsembleMapped:
                 _DISCOVERIES.popitem(last=False)
         if captured and self.closures == "error":
             raise ClosureError(_closure_message(self.fn, captured))
-        lifted = [place(c, mesh, P()) for c in captured]
+        lifted = [place(c, mesh, P(), reuse=True) for c in captured]
 
         plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, block_size,
                      info)
@@ -434,6 +435,11 @@ def ensemble_map(
     chains are vmapped; across devices `jax.shard_map` runs, jit-compiled and cached.
     Every array enters the `shard_map` body as an explicit operand, so the program is the
     same on Auto and Explicit meshes and never captures an array by closure.
+
+    Inputs are first laid out on the mesh (per-chain leaves sharded, broadcast leaves
+    replicated). The replicated copy of a broadcast `jax.Array` (an argument, or one the
+    function captures) is kept while that array is alive, so calling again with the same
+    data does not copy it to every device again.
 
     Args:
         fn: the per-chain function (a function, a bound method, or a callable Module; its

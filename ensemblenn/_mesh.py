@@ -1,6 +1,7 @@
 """Which mesh an ensemble runs on, and putting operands on it."""
 
 import functools
+import weakref
 from typing import Any
 
 import jax
@@ -60,14 +61,37 @@ def axis_size(mesh: Any, axis: str) -> int:
     return dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))[axis]
 
 
-def place(x: Any, mesh: Any, spec: P) -> Any:
+# Placed copies of broadcast arrays, by the identity of the (immutable) source array, for
+# as long as the source lives: calling an ensemble_map again with the same data (a target,
+# captured observations) then does not copy it to every device again.
+_PLACED: dict[int, tuple[weakref.ref, Any, NamedSharding]] = {}
+
+
+def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
     """`x` laid out as `NamedSharding(mesh, spec)`: numpy, uncommitted, single-device
     or differently sharded inputs all end up where `shard_map` needs them. The input
-    itself is never modified."""
+    itself is never modified. With `reuse`, a `jax.Array` placed before is not copied
+    again while it is alive."""
     sharding = NamedSharding(mesh, spec)
     if not isinstance(x, jax.core.Tracer):
         if getattr(x, "sharding", None) == sharding:
             return x
+        if reuse and isinstance(x, jax.Array):
+            hit = _PLACED.get(id(x))
+            if hit is not None and hit[0]() is x and hit[2] == sharding:
+                return hit[1]
+            placed = _put(x, sharding)
+            try:
+                ref = weakref.ref(x, lambda _, key=id(x): _PLACED.pop(key, None))
+            except TypeError:
+                return placed
+            _PLACED[id(x)] = (ref, placed, sharding)
+            return placed
+    return _put(x, sharding)
+
+
+def _put(x: Any, sharding: NamedSharding) -> Any:
+    if not isinstance(x, jax.core.Tracer):
         if (isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
                 and not sharding.is_fully_addressable):
             # Across processes device_put refuses key arrays; their raw data it places.

@@ -206,3 +206,29 @@ def test_two_dimensional_mesh_shards_only_the_chain_axis():
     f = enn.ensemble_map(lambda x: x - enn.chain_mean(x), mesh=mesh, in_roles=enn.PER_CHAIN)
     x = jnp.arange(N * 1.0)
     np.testing.assert_allclose(f(x), x - x.mean())
+
+
+def test_broadcast_inputs_are_placed_once_while_alive(explicit_mesh):
+    """A broadcast array (argument or capture) is replicated on the mesh once; the copy
+    goes when the array does, and a new array with new values is used, not a stale copy."""
+    import gc
+
+    from ensemblenn import _mesh
+
+    shift = jnp.arange(3.0)  # uncommitted, on one device
+    captured = jnp.full(3, 10.0)
+    f = enn.ensemble_map(lambda x, s: x + s + captured, mesh=explicit_mesh,
+                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    x = jnp.zeros((8, 3))
+    first = f(x, shift)
+    copies = {i: entry[1] for i, entry in _mesh._PLACED.items()
+              if i in (id(shift), id(captured))}
+    assert len(copies) == 2
+    second = f(x, shift)
+    assert all(_mesh._PLACED[i][1] is copy for i, copy in copies.items())  # reused
+    np.testing.assert_array_equal(first, second)
+    key = id(shift)
+    del shift, first, second
+    gc.collect()
+    assert key not in _mesh._PLACED
+    np.testing.assert_array_equal(np.asarray(f(x, jnp.ones(3))), np.full((8, 3), 11.0))
