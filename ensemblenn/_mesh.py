@@ -81,6 +81,8 @@ def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
             if hit is not None and hit[0]() is x and hit[2] == sharding:
                 return hit[1]
             placed = _put(x, sharding)
+            if isinstance(placed, jax.core.Tracer):
+                return placed  # placed inside a trace (jit, eval_shape): not reusable
             try:
                 ref = weakref.ref(x, lambda _, key=id(x): _PLACED.pop(key, None))
             except TypeError:

@@ -232,3 +232,16 @@ def test_broadcast_inputs_are_placed_once_while_alive(explicit_mesh):
     gc.collect()
     assert key not in _mesh._PLACED
     np.testing.assert_array_equal(np.asarray(f(x, jnp.ones(3))), np.full((8, 3), 11.0))
+
+
+def test_placing_inside_a_trace_is_not_reused_later(explicit_mesh):
+    """A broadcast array first met inside jax.eval_shape / jax.jit is placed as a tracer
+    there; that copy must not be kept (it would leak into the next eager call)."""
+    shift = jnp.arange(3.0)
+    f = enn.ensemble_map(lambda x, s: x + s, mesh=explicit_mesh,
+                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    x = jnp.zeros((8, 3))
+    assert jax.eval_shape(lambda: f(x, shift)).shape == (8, 3)
+    compiled = jax.jit(lambda x: f(x, shift)).lower(x).compile()
+    np.testing.assert_array_equal(np.asarray(compiled(x)), np.tile(np.arange(3.0), (8, 1)))
+    np.testing.assert_array_equal(np.asarray(f(x, shift)), np.tile(np.arange(3.0), (8, 1)))
