@@ -366,13 +366,16 @@ class ChEES(EnsembleAdaptation):
         c1 = centers["ax1"] / weight
         # The ensemble's spread (before or after the move, whichever is larger: chains
         # started at one point have none before) sets the scale of the criterion.
-        spread = jnp.maximum(jnp.sum(centers["x0sq"] - c0**2),
-                             jnp.sum(centers["ax1sq"] / weight - c1**2))
+        # Sums over dimensions in one fixed order (enn.ordered_sum), and products rounded
+        # before a subtraction: XLA would otherwise round them differently for another
+        # number of chains per device, and the tuned values would depend on the device count.
+        spread = jnp.maximum(enn.ordered_sum(centers["x0sq"] - enn.rounded(c0**2)),
+                             enn.ordered_sum(centers["ax1sq"] / weight - enn.rounded(c1**2)))
         spread = jnp.maximum(spread, 1e-15)
-        d0 = jnp.sum((x0 - c0) ** 2)
-        d1 = jnp.sum((x1 - c1) ** 2)
+        d0 = enn.ordered_sum((x0 - c0) ** 2)
+        d1 = enn.ordered_sum((x1 - c1) ** 2)
         grad_log_t = (sampler.trajectory_length * info.time_scale * (d1 - d0)
-                      * jnp.vdot(x1 - c1, v1))
+                      * enn.ordered_sum((x1 - c1) * v1))
         grad_log_t = grad_log_t / spread**2
         x = state.position
         stats = {

@@ -264,7 +264,8 @@ class MEADS(EnsembleAdaptation):
         x, g = state.position, state.grad
         onehot = (jnp.arange(self.num_folds) == fold).astype(x.dtype)
         u_x, u_g = sampler.directions[0, fold], sampler.directions[1, fold]
-        sx, sg = jnp.vdot(x, u_x), jnp.vdot(g, u_g)
+        # Fixed-order sums: the same bits for any number of chains per device.
+        sx, sg = enn.ordered_sum(x * u_x), enn.ordered_sum(g * u_g)
         per_fold = lambda v: onehot.reshape(onehot.shape + (1,) * v.ndim) * v
         stats = {
             "w": onehot,
