@@ -176,16 +176,18 @@ def test_differential_evolution_uses_the_other_half_of_the_whole_ensemble(explic
 
 @pytest.mark.parametrize("sampler", [samplers.Stretch(), samplers.DifferentialEvolution()],
                          ids=["stretch", "de"])
-@pytest.mark.parametrize("num_walkers", [5, 2])
-def test_bad_walker_count(sampler, num_walkers):
-    """An odd count or fewer than 4 walkers is refused at initialisation, by name (one
-    device, since ensemble_map already refuses counts that do not divide the mesh)."""
-    one = jax.make_mesh((1,), ("chains",), axis_types=(AxisType.Explicit,),
-                        devices=jax.devices()[:1])
+@pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto])
+@pytest.mark.parametrize("devices,num_walkers", [(1, 5), (1, 2), (3, 9), (2, 2)])
+def test_bad_walker_count(sampler, devices, num_walkers, kind):
+    """An odd count or fewer than 4 walkers is refused at initialisation, by name, on one
+    device and on several (counts that divide the mesh, so that ensemble_map itself lets
+    them through: 9 walkers on 3 devices, 2 on 2)."""
+    mesh = jax.make_mesh((devices,), ("chains",), axis_types=(kind,),
+                         devices=jax.devices()[:devices])
     with pytest.raises(enn.EnsembleError, match=rf"even number of walkers >= 4; got "
                                                  rf"{num_walkers}"):
         samplers.run(sampler, flat, jnp.zeros((num_walkers, 2)), key=jax.random.key(0),
-                     num_steps=1, mesh=one, progress=False)
+                     num_steps=1, mesh=mesh, progress=False)
 
 
 def test_bad_hyperparameters_and_step_outside_the_ensemble():
