@@ -111,25 +111,28 @@ def _targets(args: argparse.Namespace, s: dict) -> dict[str, Any]:
     return out
 
 
-def _ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace,
-          mesh: Any) -> dict:
+def _run_ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace,
+              mesh: Any) -> Any:
+    """One `samplers.run` with LAPS: half the adjusted steps tune, half sample."""
     n_adapt = s["n_adjusted"] // 2
-    n_samples = s["n_adjusted"] - n_adapt
     laps = samplers.LAPS(num_steps1=s["n1"], num_adaptation_steps=n_adapt,
                          early_stop=args.early_stop)
     positions = jax.random.normal(jax.random.key(args.seed), (s["chains"], target.dim))
+    n_samples = s["n_adjusted"] - n_adapt
+    result = samplers.run(None, logdensity, positions, key=jax.random.key(args.seed + 1),
+                          num_steps=n_samples, adaptation=laps, mesh=mesh,
+                          reference=target.reference, track_bias=True,
+                          chunk_size=n_samples, progress=False)
+    return jax.block_until_ready(result)
 
-    def call() -> Any:
-        result = samplers.run(None, logdensity, positions, key=jax.random.key(args.seed + 1),
-                              num_steps=n_samples, adaptation=laps, mesh=mesh,
-                              reference=target.reference, track_bias=True,
-                              chunk_size=n_samples, progress=False)
-        return jax.block_until_ready(result)
 
+def _ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace,
+          mesh: Any) -> dict:
+    n_samples = s["n_adjusted"] - s["n_adjusted"] // 2
     with clock() as first:
-        call()
+        _run_ours(target, logdensity, s, args, mesh)
     with clock() as second:
-        result = call()
+        result = _run_ours(target, logdensity, s, args, mesh)
     info = result.adaptation_info
     adapt_grads = float(info.num_grads)
     sample_grads = np.asarray(result.num_grads, float).mean()
@@ -256,17 +259,8 @@ def run(args: argparse.Namespace) -> list[dict]:
 def _ours_once(target: Any, logdensity: Any, s: dict, args: argparse.Namespace,
                mesh: Any) -> dict:
     """Ours on an Explicit mesh: one call (it works; its numbers equal the Auto row's)."""
-    n_adapt = s["n_adjusted"] // 2
-    n_samples = s["n_adjusted"] - n_adapt
-    laps = samplers.LAPS(num_steps1=s["n1"], num_adaptation_steps=n_adapt,
-                         early_stop=args.early_stop)
-    positions = jax.random.normal(jax.random.key(args.seed), (s["chains"], target.dim))
     with clock() as c:
-        result = samplers.run(None, logdensity, positions, key=jax.random.key(args.seed + 1),
-                              num_steps=n_samples, adaptation=laps, mesh=mesh,
-                              reference=target.reference, track_bias=True,
-                              chunk_size=n_samples, progress=False)
-        jax.block_until_ready(result)
+        result = _run_ours(target, logdensity, s, args, mesh)
     bias = np.asarray(result.bias_history)
     total = float(result.adaptation_info.num_grads) + float(np.mean(result.num_grads))
     return dict(grads_per_chain=total, first_call_s=c.wall, compile_s=c.compile_s,
