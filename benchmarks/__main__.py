@@ -23,11 +23,13 @@ def _pre_parser() -> argparse.ArgumentParser:
 
 
 def _usage() -> str:
-    lines = ["usage: python -m benchmarks NAME [--devices N[,M...]] [--full] [--smoke] "
-             "[options]", "", "benchmarks:"]
+    lines = [
+        "usage: python -m benchmarks NAME [--devices N[,M...]] [--full] [--smoke] [options]",
+        "",
+        "benchmarks:",
+    ]
     for name, (devices, text) in BENCHMARKS.items():
-        lines.append(f"  {name:<14} {text} (default devices: "
-                     f"{','.join(map(str, devices))})")
+        lines.append(f"  {name:<14} {text} (default devices: {','.join(map(str, devices))})")
     lines.append(f"  {'all':<14} every benchmark above, in turn, at its default device counts")
     lines.append("")
     lines.append("python -m benchmarks NAME --help lists a benchmark's options.")
@@ -63,10 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all(r.get("status") != "crashed" for r in records) else 1
     set_device_count(devices[0])
     module = importlib.import_module(f"benchmarks.{pre.name}")
-    parser = argparse.ArgumentParser(prog=f"python -m benchmarks {pre.name}",
-                                     description=module.__doc__.splitlines()[0])
-    parser.add_argument("--devices", default=None,
-                        help="device count, or a comma-separated list (one subprocess each)")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m benchmarks {pre.name}", description=module.__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="device count, or a comma-separated list (one subprocess each)",
+    )
     parser.add_argument("--full", action="store_true", help="accelerator-scale sizes")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (for the tests)")
     parser.add_argument("--no-table", action="store_true", help="JSON lines only")

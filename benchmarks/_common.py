@@ -72,8 +72,7 @@ def fan_out(name: str, argv: list[str], devices: Sequence[int]) -> list[dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     for n in devices:
-        cmd = [sys.executable, "-m", "benchmarks", name, "--devices", str(n), "--no-table",
-               *argv]
+        cmd = [sys.executable, "-m", "benchmarks", name, "--devices", str(n), "--no-table", *argv]
         print(f"# running: {' '.join(cmd[1:])}", flush=True)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=root)
         assert proc.stdout is not None
@@ -87,8 +86,12 @@ def fan_out(name: str, argv: list[str], devices: Sequence[int]) -> list[dict]:
             print(line, flush=True)
         rc = proc.wait()
         if rc != 0:
-            rec = {"benchmark": name, "devices": n, "status": "crashed",
-                   "error": f"subprocess exited with status {rc}"}
+            rec = {
+                "benchmark": name,
+                "devices": n,
+                "status": "crashed",
+                "error": f"subprocess exited with status {rc}",
+            }
             print(json.dumps(rec), flush=True)
             records.append(rec)
     return records
@@ -165,8 +168,9 @@ def emit(record: dict, records: list[dict] | None = None) -> dict:
     """Print one configuration as a JSON line (and keep it in `records`)."""
     record.setdefault("status", "ok")
     record.setdefault("load_avg_1m", round(os.getloadavg()[0], 2))
-    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-             for k, v in record.items()}
+    clean = {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
+    }
     print(json.dumps(clean, default=_plain), flush=True)
     if records is not None:
         records.append(clean)
@@ -179,8 +183,13 @@ def error_text(err: BaseException) -> str:
 
 
 def skipped(benchmark: str, impl: str, module: str, **fields: Any) -> dict:
-    return {"benchmark": benchmark, "impl": impl, "status": "skipped",
-            "error": f"{module} is not installed (pip install 'ensemblenn[bench]')", **fields}
+    return {
+        "benchmark": benchmark,
+        "impl": impl,
+        "status": "skipped",
+        "error": f"{module} is not installed (pip install 'ensemblenn[bench]')",
+        **fields,
+    }
 
 
 def _fmt(value: Any, fmt: str) -> str:
@@ -196,8 +205,9 @@ def _fmt(value: Any, fmt: str) -> str:
     return str(value)
 
 
-def print_table(records: list[dict], columns: Sequence[tuple[str, str, str]],
-                title: str = "") -> None:
+def print_table(
+    records: list[dict], columns: Sequence[tuple[str, str, str]], title: str = ""
+) -> None:
     """A Markdown table of `records`; `columns` are `(key, header, format spec)`.
 
     A record with an error gets it in a trailing 'note' column.
@@ -238,8 +248,11 @@ def _listen() -> None:
     # JAX's compile events (the values of jax._src.dispatch.*_EVENT; spelled out here so
     # the benchmarks import no private module).
     backend = "/jax/core/compile/backend_compile_duration"
-    events = {"/jax/core/compile/jaxpr_trace_duration",
-              "/jax/core/compile/jaxpr_to_mlir_module_duration", backend}
+    events = {
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        backend,
+    }
 
     def listener(event: str, start: float, end: float, **_: Any) -> None:
         if event in events:
@@ -315,8 +328,9 @@ def best_time(fn: Any, *args: Any, repeats: int = 5, number: int = 1) -> tuple[f
 
 
 def cache_dir() -> Path:
-    path = Path(os.environ.get("ENSEMBLENN_BENCH_CACHE",
-                               Path.home() / ".cache" / "ensemblenn-benchmarks"))
+    path = Path(
+        os.environ.get("ENSEMBLENN_BENCH_CACHE", Path.home() / ".cache" / "ensemblenn-benchmarks")
+    )
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -344,10 +358,15 @@ def logistic(num_data: int = 1000, num_features: int = 50, num_draws: int = 200_
         import jax
 
         ref = base.compute_reference(num_draws, jax.random.key(20260101), dof=20)
-        np.savez(path, mean=np.asarray(ref.mean), second=np.asarray(ref.second_moment),
-                 second_var=np.asarray(ref.second_moment_var))
-    return samplers.targets.LogisticRegression(num_data=num_data, num_features=num_features,
-                                               reference=ref)
+        np.savez(
+            path,
+            mean=np.asarray(ref.mean),
+            second=np.asarray(ref.second_moment),
+            second_var=np.asarray(ref.second_moment_var),
+        )
+    return samplers.targets.LogisticRegression(
+        num_data=num_data, num_features=num_features, reference=ref
+    )
 
 
 def closed_over_logdensity(target: Any) -> Any:
@@ -362,8 +381,11 @@ def closed_over_logdensity(target: Any) -> Any:
 
         def logdensity(w):
             logits = X @ w
-            return (jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
-                    - 0.5 * jnp.sum(w**2) - 0.5 * w.shape[0] * math.log(2 * math.pi))
+            return (
+                jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+                - 0.5 * jnp.sum(w**2)
+                - 0.5 * w.shape[0] * math.log(2 * math.pi)
+            )
 
         return logdensity
     variances = jnp.asarray(target.variances)
@@ -377,8 +399,9 @@ def closed_over_logdensity(target: Any) -> Any:
 # --- bias trajectories -------------------------------------------------------------------
 
 
-def grads_to_stay_below(grads: Sequence[float], b2: Sequence[float],
-                        threshold: float) -> float | None:
+def grads_to_stay_below(
+    grads: Sequence[float], b2: Sequence[float], threshold: float
+) -> float | None:
     """Gradient evaluations per chain after which `b2` stays below `threshold` until the
     end of the trajectory; None if its last value is not below."""
     import numpy as np
@@ -391,8 +414,9 @@ def grads_to_stay_below(grads: Sequence[float], b2: Sequence[float],
     return float(grads[first])
 
 
-def iid_floor(reference: Any, num_chains: int, num_samples: int = 400,
-              seed: int = 0) -> tuple[float, float]:
+def iid_floor(
+    reference: Any, num_chains: int, num_samples: int = 400, seed: int = 0
+) -> tuple[float, float]:
     """Median (b²_max, b²_mean) of the ensemble estimate of E[x²] from `num_chains` exact
     Gaussian-moment draws: the noise floor of the per-step metric. Uses Var[x²] only (the
     estimate's error is ~ N(0, Var[x²] / n)), so b²_i ~ chi²_1 / n."""

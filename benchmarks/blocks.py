@@ -36,8 +36,11 @@ COLUMNS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", default=None, help="comma-separated (default 64,512)")
-    p.add_argument("--blocks", default="none,auto,4,16,64",
-                   help="comma-separated block sizes (ints, auto, none)")
+    p.add_argument(
+        "--blocks",
+        default="none,auto,4,16,64",
+        help="comma-separated block sizes (ints, auto, none)",
+    )
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default 200)")
     p.add_argument("--repeats", type=int, default=None, help="timings per variant")
 
@@ -53,22 +56,35 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.chains:
         chain_counts = [int(c) for c in args.chains.split(",")]
     steps, repeats = args.steps or steps, args.repeats or repeats
-    blocks = [{"none": None, "auto": "auto"}[b] if b in ("none", "auto") else int(b)
-              for b in args.blocks.split(",")]
+    blocks = [
+        {"none": None, "auto": "auto"}[b] if b in ("none", "auto") else int(b)
+        for b in args.blocks.split(",")
+    ]
     if None not in blocks:
         blocks.insert(0, None)
     target = gaussian(dim)
     mesh = mesh_for(args.num_devices)
-    kernels = {"MCLMC": samplers.MCLMC(step_size=0.5, L=5.0),
-               "HMC (10 leapfrog)": samplers.HMC(step_size=0.3, num_integration_steps=10)}
+    kernels = {
+        "MCLMC": samplers.MCLMC(step_size=0.5, L=5.0),
+        "HMC (10 leapfrog)": samplers.HMC(step_size=0.3, num_integration_steps=10),
+    }
     records: list[dict] = []
     for chains in chain_counts:
         positions = jax.random.normal(jax.random.key(args.seed), (chains, dim))
         for name, kernel in kernels.items():
+
             def go(block: Any, kernel: Any = kernel, positions: Any = positions) -> Any:
-                result = samplers.run(kernel, target, positions, key=jax.random.key(1),
-                                      num_steps=steps, chunk_size=steps, mesh=mesh,
-                                      progress=False, block_size=block)
+                result = samplers.run(
+                    kernel,
+                    target,
+                    positions,
+                    key=jax.random.key(1),
+                    num_steps=steps,
+                    chunk_size=steps,
+                    mesh=mesh,
+                    progress=False,
+                    block_size=block,
+                )
                 return jax.block_until_ready(result.state.position)
 
             finals = {b: np.asarray(go(b)) for b in blocks}  # compile and warm up
@@ -81,10 +97,22 @@ def run(args: argparse.Namespace) -> list[dict]:
             base_min, base_med = min(times[None]), float(np.median(times[None]))
             for b in blocks:
                 t_min, t_med = min(times[b]), float(np.median(times[b]))
-                emit(dict(benchmark=BENCH, kernel=name, devices=args.num_devices,
-                          chains=chains, chains_per_device=chains // args.num_devices,
-                          block_size=str(b), steps=steps, min_s=t_min,
-                          ratio_min=t_min / base_min, ratio_median=t_med / base_med,
-                          bitwise_as_none=bool(np.array_equal(finals[b], finals[None])),
-                          status="ok", impl=f"block_size={b}"), records)
+                emit(
+                    dict(
+                        benchmark=BENCH,
+                        kernel=name,
+                        devices=args.num_devices,
+                        chains=chains,
+                        chains_per_device=chains // args.num_devices,
+                        block_size=str(b),
+                        steps=steps,
+                        min_s=t_min,
+                        ratio_min=t_min / base_min,
+                        ratio_median=t_med / base_med,
+                        bitwise_as_none=bool(np.array_equal(finals[b], finals[None])),
+                        status="ok",
+                        impl=f"block_size={b}",
+                    ),
+                    records,
+                )
     return records

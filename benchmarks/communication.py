@@ -47,16 +47,39 @@ COLUMNS = [
     ("bytes", "bytes", "d"),
 ]
 
-_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
-                "collective-permute", "collective-broadcast", "ragged-all-to-all")
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-                "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-                "c128": 16}
+_COLLECTIVES = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s*->.*\{\s*$")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _SHAPE = re.compile(r"\b(pred|[sufc]\d+|bf16)\[([\d,]*)\]")
-_REFS = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)"
-                   r"=%?([\w.\-]+)")
+_REFS = re.compile(
+    r"\b(body|condition|calls|to_apply|true_computation|false_computation)"
+    r"=%?([\w.\-]+)"
+)
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP = re.compile(r'known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
@@ -70,7 +93,7 @@ def _split_type(rest: str) -> tuple[str, str]:
             depth += ch == "("
             depth -= ch == ")"
             if depth == 0:
-                return rest[: i + 1], rest[i + 1:].lstrip()
+                return rest[: i + 1], rest[i + 1 :].lstrip()
     head, _, tail = rest.partition(" ")
     return head, tail
 
@@ -156,8 +179,9 @@ class Hlo:
                     trip = _TRIP.search(rest)
                     frame = _FRAME.search(rest)
                     where = self.frames.get(int(frame.group(1)), "?") if frame else "?"
-                    loops.append((body.group(1) if body else "", trip.group(1) if trip
-                                  else "dynamic", where))
+                    loops.append(
+                        (body.group(1) if body else "", trip.group(1) if trip else "dynamic", where)
+                    )
                     continue
                 for kind, ref in _REFS.findall(rest):
                     if kind not in ("body", "condition"):
@@ -181,11 +205,17 @@ class Hlo:
             kinds: dict[str, int] = defaultdict(int)
             for kind, _ in collectives:
                 kinds[kind] += 1
-            out.append(dict(scope=scope, loop_at=where, trip_count=trip,
-                            collectives=len(collectives),
-                            kinds=", ".join(f"{v}× {k}" for k, v in sorted(kinds.items())),
-                            bytes=sum(b for _, b in collectives),
-                            shapes=sorted({_shape_of(c) for c in collectives})))
+            out.append(
+                dict(
+                    scope=scope,
+                    loop_at=where,
+                    trip_count=trip,
+                    collectives=len(collectives),
+                    kinds=", ".join(f"{v}× {k}" for k, v in sorted(kinds.items())),
+                    bytes=sum(b for _, b in collectives),
+                    shapes=sorted({_shape_of(c) for c in collectives}),
+                )
+            )
             for body, trip_count, at in loops:
                 queue.append(("loop step", body, trip_count, at))
         return out
@@ -204,8 +234,9 @@ def _loop_name(where: str, trips: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chains", default=None,
-                   help="comma-separated chain counts (default 64,256,1024,4096,96)")
+    p.add_argument(
+        "--chains", default=None, help="comma-separated chain counts (default 64,256,1024,4096,96)"
+    )
     p.add_argument("--dim", type=int, default=None, help="target dimension (default 100)")
     p.add_argument("--workloads", default="mclmc,bias,laps,stretch")
 
@@ -220,45 +251,67 @@ def workloads(target: Any, mesh: Any, chains: int, seed: int, which: set[str]) -
     x0 = jax.random.normal(jax.random.key(seed + 1), (chains, target.dim))
     roles = (None, None, enn.PER_CHAIN, enn.PER_CHAIN)
     kernel = samplers.MCLMC(step_size=0.5, L=5.0)
-    init = enn.ensemble_map(lambda k, t, x, key: k.init(t, x, key), mesh=mesh,
-                            in_roles=roles, out_roles=enn.PER_CHAIN)
+    init = enn.ensemble_map(
+        lambda k, t, x, key: k.init(t, x, key), mesh=mesh, in_roles=roles, out_roles=enn.PER_CHAIN
+    )
     state = init(kernel, target, x0, keys)
     texts = {}
     if "mclmc" in which:
-        step = enn.ensemble_map(lambda k, t, s, key: k.step(t, s, key)[0], mesh=mesh,
-                                in_roles=roles, out_roles=enn.PER_CHAIN)
-        texts["MCLMC step"] = _compile(lambda s, key: step(kernel, target, s, key),
-                                       state, keys)
+        step = enn.ensemble_map(
+            lambda k, t, s, key: k.step(t, s, key)[0],
+            mesh=mesh,
+            in_roles=roles,
+            out_roles=enn.PER_CHAIN,
+        )
+        texts["MCLMC step"] = _compile(lambda s, key: step(kernel, target, s, key), state, keys)
     if "bias" in which:
+
         def tracked(k: Any, t: Any, s: Any, key: Any) -> tuple:
             s, _ = k.step(t, s, key)
             estimate = enn.chain_mean(s.position**2)
-            b2 = samplers.diagnostics.bias_squared(estimate, t.reference.second_moment,
-                                                   t.reference.second_moment_var)
+            b2 = samplers.diagnostics.bias_squared(
+                estimate, t.reference.second_moment, t.reference.second_moment_var
+            )
             return s, b2
 
-        step_b = enn.ensemble_map(tracked, mesh=mesh, in_roles=roles,
-                                  out_roles=(enn.PER_CHAIN, enn.BROADCAST))
+        step_b = enn.ensemble_map(
+            tracked, mesh=mesh, in_roles=roles, out_roles=(enn.PER_CHAIN, enn.BROADCAST)
+        )
         texts["MCLMC step + b² tracking"] = _compile(
-            lambda s, key: step_b(kernel, target, s, key), state, keys)
+            lambda s, key: step_b(kernel, target, s, key), state, keys
+        )
     if "laps" in which:
         laps = samplers.LAPS(num_steps1=100, num_adaptation_steps=8)
-        laps_init = enn.ensemble_map(lambda a, t, x, key: a.initial_state(None, t, x, key),
-                                     mesh=mesh, in_roles=roles, out_roles=enn.PER_CHAIN)
+        laps_init = enn.ensemble_map(
+            lambda a, t, x, key: a.initial_state(None, t, x, key),
+            mesh=mesh,
+            in_roles=roles,
+            out_roles=enn.PER_CHAIN,
+        )
         s0 = laps_init(laps, target, x0, keys)
-        adapt = enn.ensemble_map(lambda a, t, s, key: a.run(None, t, s, key), mesh=mesh,
-                                 in_roles=roles, out_roles=(None, enn.PER_CHAIN, None))
-        texts["LAPS adaptation"] = _compile(lambda s, key: adapt(laps, target, s, key),
-                                            s0, keys)
+        adapt = enn.ensemble_map(
+            lambda a, t, s, key: a.run(None, t, s, key),
+            mesh=mesh,
+            in_roles=roles,
+            out_roles=(None, enn.PER_CHAIN, None),
+        )
+        texts["LAPS adaptation"] = _compile(lambda s, key: adapt(laps, target, s, key), s0, keys)
     if "stretch" in which:
         stretch = samplers.Stretch(a=2.0)
-        st_init = enn.ensemble_map(lambda k, t, x, key: k.init(t, x, key), mesh=mesh,
-                                   in_roles=roles, out_roles=enn.PER_CHAIN)
+        st_init = enn.ensemble_map(
+            lambda k, t, x, key: k.init(t, x, key),
+            mesh=mesh,
+            in_roles=roles,
+            out_roles=enn.PER_CHAIN,
+        )
         s0 = st_init(stretch, target, x0, keys)
-        move = enn.ensemble_map(lambda k, t, s, key: k.step(t, s, key)[0], mesh=mesh,
-                                in_roles=roles, out_roles=enn.PER_CHAIN)
-        texts["Stretch step"] = _compile(lambda s, key: move(stretch, target, s, key),
-                                         s0, keys)
+        move = enn.ensemble_map(
+            lambda k, t, s, key: k.step(t, s, key)[0],
+            mesh=mesh,
+            in_roles=roles,
+            out_roles=enn.PER_CHAIN,
+        )
+        texts["Stretch step"] = _compile(lambda s, key: move(stretch, target, s, key), s0, keys)
     return texts
 
 
@@ -288,8 +341,19 @@ def run(args: argparse.Namespace) -> list[dict]:
                 label = entry["scope"]
                 if label == "loop step":
                     label = _loop_name(entry["loop_at"], entry["trip_count"])
-                emit(dict(benchmark=BENCH, workload=workload, scope=label, devices=n,
-                          chains=chains, chains_per_device=chains // n,
-                          collectives=entry["collectives"], kinds=entry["kinds"] or "-",
-                          bytes=entry["bytes"], shapes=entry["shapes"]), records)
+                emit(
+                    dict(
+                        benchmark=BENCH,
+                        workload=workload,
+                        scope=label,
+                        devices=n,
+                        chains=chains,
+                        chains_per_device=chains // n,
+                        collectives=entry["collectives"],
+                        kinds=entry["kinds"] or "-",
+                        bytes=entry["bytes"],
+                        shapes=entry["shapes"],
+                    ),
+                    records,
+                )
     return records

@@ -64,9 +64,11 @@ COLUMNS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--walkers", type=int, default=None, help="default 256")
-    p.add_argument("--steps", default=None,
-                   help="steps for gauss20,rosenbrock36 (default 15000,40000; --full "
-                        "15000,1500000)")
+    p.add_argument(
+        "--steps",
+        default=None,
+        help="steps for gauss20,rosenbrock36 (default 15000,40000; --full 15000,1500000)",
+    )
     p.add_argument("--targets", default="gauss20,rosenbrock36")
 
 
@@ -122,9 +124,15 @@ def _metrics(chain: np.ndarray, walkers: int, steps: int, run_s: float, thin: in
     tau = _tau(chain, thin) if have("emcee") else _tau_fallback(chain, thin)
     tau_max = float(np.max(tau))
     ess = walkers * steps / tau_max
-    return dict(tau_max=tau_max, tau_mean=float(np.mean(tau)), steps_over_tau=steps / tau_max,
-                reliable=bool(steps >= 50 * tau_max), ess=ess, ess_per_s=ess / run_s,
-                walker_steps_per_s=walkers * steps / run_s)
+    return dict(
+        tau_max=tau_max,
+        tau_mean=float(np.mean(tau)),
+        steps_over_tau=steps / tau_max,
+        reliable=bool(steps >= 50 * tau_max),
+        ess=ess,
+        ess_per_s=ess / run_s,
+        walker_steps_per_s=walkers * steps / run_s,
+    )
 
 
 def _ours(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int, mesh: Any) -> dict:
@@ -132,17 +140,31 @@ def _ours(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int, mesh: A
     positions = jnp.asarray(x0, jnp.float32)
 
     def call() -> Any:
-        return jax.block_until_ready(samplers.run(
-            samplers.Stretch(a=2.0), target, positions, key=jax.random.key(seed),
-            num_steps=steps, thin=thin, chunk_size=steps, mesh=mesh, progress=False))
+        return jax.block_until_ready(
+            samplers.run(
+                samplers.Stretch(a=2.0),
+                target,
+                positions,
+                key=jax.random.key(seed),
+                num_steps=steps,
+                thin=thin,
+                chunk_size=steps,
+                mesh=mesh,
+                progress=False,
+            )
+        )
 
     with clock() as first:
         call()
     with clock() as second:
         result = call()
     chain = np.asarray(result.trace).transpose(1, 0, 2)  # (draws, walkers, d)
-    row = dict(compile_s=first.compile_s, first_call_s=first.wall, run_s=second.wall,
-               acceptance=float(np.mean(result.acceptance_rate)))
+    row = dict(
+        compile_s=first.compile_s,
+        first_call_s=first.wall,
+        run_s=second.wall,
+        acceptance=float(np.mean(result.acceptance_rate)),
+    )
     row.update(_metrics(chain, walkers, steps, second.wall, thin))
     return row
 
@@ -152,8 +174,15 @@ def _aies(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> dict
 
     walkers = x0.shape[0]
     kernel = AIES(potential_fn=lambda z: -target(z), moves={AIES.StretchMove(a=2.0): 1.0})
-    mcmc = MCMC(kernel, num_warmup=0, num_samples=steps, num_chains=walkers,
-                chain_method="vectorized", thinning=thin, progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=0,
+        num_samples=steps,
+        num_chains=walkers,
+        chain_method="vectorized",
+        thinning=thin,
+        progress_bar=False,
+    )
     init = jnp.asarray(x0, jnp.float32)
 
     def call() -> None:
@@ -166,8 +195,13 @@ def _aies(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> dict
         call()
     chain = np.asarray(mcmc.get_samples(group_by_chain=True)).transpose(1, 0, 2)
     accept = float(mcmc.last_state.inner_state.mean_accept_prob)
-    row = dict(compile_s=first.compile_s, first_call_s=first.wall, run_s=second.run_s,
-               recompiles=second.compiles, acceptance=accept)
+    row = dict(
+        compile_s=first.compile_s,
+        first_call_s=first.wall,
+        run_s=second.run_s,
+        recompiles=second.compiles,
+        acceptance=accept,
+    )
     row.update(_metrics(chain, walkers, steps, second.run_s, thin))
     return row
 
@@ -183,8 +217,7 @@ def _emcee(log_prob: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> d
     sampler.run_mcmc(np.asarray(x0, float), steps // thin, thin_by=thin, progress=False)
     run_s = time.perf_counter() - t0
     chain = sampler.get_chain()  # (draws, walkers, d)
-    row = dict(compile_s=0.0, run_s=run_s, acceptance=float(np.mean(
-        sampler.acceptance_fraction)))
+    row = dict(compile_s=0.0, run_s=run_s, acceptance=float(np.mean(sampler.acceptance_fraction)))
     row.update(_metrics(chain, walkers, steps, run_s, thin))
     return row
 
@@ -198,7 +231,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         default_steps = [15_000, 1_500_000]
     else:
         default_steps = [15_000, 40_000]
-    steps_list = ([int(s) for s in args.steps.split(",")] if args.steps else default_steps)
+    steps_list = [int(s) for s in args.steps.split(",")] if args.steps else default_steps
     n = args.num_devices
     mesh = mesh_for(n)
     records: list[dict] = []
@@ -207,10 +240,18 @@ def run(args: argparse.Namespace) -> list[dict]:
     for (name, (target, log_prob)), steps in zip(all_targets.items(), steps_list):
         if not any(name.startswith(c.rstrip("0123456789")) for c in chosen):
             continue
-        x0 = np.asarray(jax.vmap(target.sample)(
-            jax.random.split(jax.random.key(args.seed), walkers)), np.float64)
-        common = dict(benchmark=BENCH, target=name, devices=n, walkers=walkers, steps=steps,
-                      thin=thin_for(steps))
+        x0 = np.asarray(
+            jax.vmap(target.sample)(jax.random.split(jax.random.key(args.seed), walkers)),
+            np.float64,
+        )
+        common = dict(
+            benchmark=BENCH,
+            target=name,
+            devices=n,
+            walkers=walkers,
+            steps=steps,
+            thin=thin_for(steps),
+        )
         thin = thin_for(steps)
         rows = {}
         for impl, module, fn in (
@@ -219,8 +260,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             ("emcee", "emcee", lambda: _emcee(log_prob, x0, steps, thin, args.seed)),
         ):
             if module is not None and not have(module):
-                rows[impl] = skipped(BENCH, impl, module, **{
-                    k: v for k, v in common.items() if k != "benchmark"})
+                rows[impl] = skipped(
+                    BENCH, impl, module, **{k: v for k, v in common.items() if k != "benchmark"}
+                )
                 continue
             row = dict(common, impl=impl)
             try:

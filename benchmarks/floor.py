@@ -46,11 +46,16 @@ COLUMNS = [
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, default=None, help="default 512 (--full 8192)")
     p.add_argument("--steps", type=int, default=None, help="K (default 100)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="interleaved timings per variant (default 5; the samplers.run rows "
-                        "take max(3, repeats // 3))")
-    p.add_argument("--targets", default=None,
-                   help="gauss100,logreg50 (default both; --smoke: gauss100)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved timings per variant (default 5; the samplers.run rows "
+        "take max(3, repeats // 3))",
+    )
+    p.add_argument(
+        "--targets", default=None, help="gauss100,logreg50 (default both; --smoke: gauss100)"
+    )
     p.add_argument("--no-driver", action="store_true", help="skip the samplers.run rows")
 
 
@@ -59,8 +64,9 @@ def kernels() -> dict[str, Any]:
         "MALA": samplers.MALA(step_size=0.1),
         "HMC (10 leapfrog)": samplers.HMC(step_size=0.1, num_integration_steps=10),
         "MCLMC (McLachlan)": samplers.MCLMC(step_size=0.5, L=5.0),
-        "AdjustedMCLMC (5 McLachlan)": samplers.AdjustedMCLMC(step_size=0.5,
-                                                               num_integration_steps=5),
+        "AdjustedMCLMC (5 McLachlan)": samplers.AdjustedMCLMC(
+            step_size=0.5, num_integration_steps=5
+        ),
     }
 
 
@@ -81,8 +87,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     names = args.targets or ("gauss100" if args.smoke else "gauss100,logreg50")
     for name in names.split(","):
         target = gaussian(dim) if name == "gauss100" else logistic(*data)
-        x0 = jax.device_put(jax.random.normal(jax.random.key(args.seed), (chains, target.dim)),
-                            sharded)
+        x0 = jax.device_put(
+            jax.random.normal(jax.random.key(args.seed), (chains, target.dim)), sharded
+        )
         keys = enn.chain_keys(jax.random.key(args.seed + 1), chains)
 
         @jax.jit
@@ -95,9 +102,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 
         fns, call_args, grads = {"floor": floor}, {"floor": (target, x0)}, {}
         for label, kernel in kernels().items():
-            init = enn.ensemble_map(lambda k, t, x, key: k.init(t, x, key), mesh=mesh,
-                                    in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
-                                    out_roles=enn.PER_CHAIN)
+            init = enn.ensemble_map(
+                lambda k, t, x, key: k.init(t, x, key),
+                mesh=mesh,
+                in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+                out_roles=enn.PER_CHAIN,
+            )
             state = init(kernel, target, x0, keys)
 
             def scan(k: Any, t: Any, s: Any, key: Any) -> Any:
@@ -108,9 +118,12 @@ def run(args: argparse.Namespace) -> list[dict]:
                 s, g = jax.lax.scan(body, s, jnp.arange(steps))
                 return s, g.sum()
 
-            mapped = enn.ensemble_map(scan, mesh=mesh,
-                                      in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
-                                      out_roles=enn.PER_CHAIN)
+            mapped = enn.ensemble_map(
+                scan,
+                mesh=mesh,
+                in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+                out_roles=enn.PER_CHAIN,
+            )
             placed = (kernel, jax.device_put(target, NamedSharding(mesh, P())), state, keys)
             fns[label] = mapped
             call_args[label] = placed
@@ -119,25 +132,60 @@ def run(args: argparse.Namespace) -> list[dict]:
         timing = interleaved(fns, call_args, repeats, number=1)
         floor_min, floor_med = timing["floor"]
         per_grad, per_grad_med = floor_min / steps, floor_med / steps
-        emit(dict(benchmark=BENCH, target=name, devices=n, chains=chains, impl="floor",
-                  path="jit(scan(vmap(grad)))", grads_per_step=1, step_us=per_grad * 1e6,
-                  us_per_grad=per_grad * 1e6, ratio=1.0, ratio_median=1.0, steps=steps),
-             records)
+        emit(
+            dict(
+                benchmark=BENCH,
+                target=name,
+                devices=n,
+                chains=chains,
+                impl="floor",
+                path="jit(scan(vmap(grad)))",
+                grads_per_step=1,
+                step_us=per_grad * 1e6,
+                us_per_grad=per_grad * 1e6,
+                ratio=1.0,
+                ratio_median=1.0,
+                steps=steps,
+            ),
+            records,
+        )
         for label in kernels():
             t_min, t_med = timing[label]
             g = max(grads[label], 1)
-            emit(dict(benchmark=BENCH, target=name, devices=n, chains=chains, impl=label,
-                      path="ensemble_map(scan)", grads_per_step=grads[label],
-                      step_us=t_min / steps * 1e6, us_per_grad=t_min / steps / g * 1e6,
-                      ratio=t_min / steps / g / per_grad,
-                      ratio_median=t_med / steps / g / per_grad_med, steps=steps), records)
+            emit(
+                dict(
+                    benchmark=BENCH,
+                    target=name,
+                    devices=n,
+                    chains=chains,
+                    impl=label,
+                    path="ensemble_map(scan)",
+                    grads_per_step=grads[label],
+                    step_us=t_min / steps * 1e6,
+                    us_per_grad=t_min / steps / g * 1e6,
+                    ratio=t_min / steps / g / per_grad,
+                    ratio_median=t_med / steps / g / per_grad_med,
+                    steps=steps,
+                ),
+                records,
+            )
         if args.no_driver:
             continue
         for label, kernel in kernels().items():
+
             def call(kernel: Any = kernel) -> Any:
-                return jax.block_until_ready(samplers.run(
-                    kernel, target, x0, key=jax.random.key(args.seed + 2), num_steps=steps,
-                    chunk_size=steps, mesh=mesh, progress=False))
+                return jax.block_until_ready(
+                    samplers.run(
+                        kernel,
+                        target,
+                        x0,
+                        key=jax.random.key(args.seed + 2),
+                        num_steps=steps,
+                        chunk_size=steps,
+                        mesh=mesh,
+                        progress=False,
+                    )
+                )
 
             call()
             best = float("inf")
@@ -146,8 +194,20 @@ def run(args: argparse.Namespace) -> list[dict]:
                 result = call()
                 best = min(best, time.perf_counter() - t0)
             g = max(int(result.num_grads[0]) // steps, 1)
-            emit(dict(benchmark=BENCH, target=name, devices=n, chains=chains, impl=label,
-                      path="samplers.run (whole call)", grads_per_step=g,
-                      step_us=best / steps * 1e6, us_per_grad=best / steps / g * 1e6,
-                      ratio=best / steps / g / per_grad, steps=steps), records)
+            emit(
+                dict(
+                    benchmark=BENCH,
+                    target=name,
+                    devices=n,
+                    chains=chains,
+                    impl=label,
+                    path="samplers.run (whole call)",
+                    grads_per_step=g,
+                    step_us=best / steps * 1e6,
+                    us_per_grad=best / steps / g * 1e6,
+                    ratio=best / steps / g / per_grad,
+                    steps=steps,
+                ),
+                records,
+            )
     return records

@@ -61,8 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, default=None, help="LAPS chains (default 512)")
     p.add_argument("--warmup", type=int, default=None, help="NUTS warmup (default 500)")
     p.add_argument("--samples", type=int, default=None, help="NUTS draws (default 1000)")
-    p.add_argument("--laps-samples", type=int, default=None,
-                   help="LAPS sampling steps after adaptation (default 50)")
+    p.add_argument(
+        "--laps-samples",
+        type=int,
+        default=None,
+        help="LAPS sampling steps after adaptation (default 50)",
+    )
     p.add_argument("--dim", type=int, default=None)
 
 
@@ -75,13 +79,23 @@ def _nuts(target: Any, warmup: int, samples: int, seed: int) -> dict:
     from numpyro.infer import MCMC, NUTS
 
     method = "parallel" if jax.local_device_count() >= 4 else "vectorized"
-    mcmc = MCMC(NUTS(potential_fn=lambda x: -target(x)), num_warmup=warmup,
-                num_samples=samples, num_chains=4, chain_method=method, progress_bar=False)
+    mcmc = MCMC(
+        NUTS(potential_fn=lambda x: -target(x)),
+        num_warmup=warmup,
+        num_samples=samples,
+        num_chains=4,
+        chain_method=method,
+        progress_bar=False,
+    )
     x0 = jax.random.normal(jax.random.key(seed), (4, target.dim))
     with clock() as total:
         with clock() as warm:
-            mcmc.warmup(jax.random.key(seed + 1), init_params=x0, collect_warmup=True,
-                        extra_fields=("num_steps",))
+            mcmc.warmup(
+                jax.random.key(seed + 1),
+                init_params=x0,
+                collect_warmup=True,
+                extra_fields=("num_steps",),
+            )
             warm_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
         with clock() as draw:
             mcmc.run(mcmc.post_warmup_state.rng_key, extra_fields=("num_steps",))
@@ -97,21 +111,40 @@ def _nuts(target: Any, warmup: int, samples: int, seed: int) -> dict:
     if to_avg is not None and to_max is not None:
         frac = (max(to_avg, to_max) - warm_grads) / max(grads[-1] - warm_grads, 1.0)
         both = warm.wall + max(frac, 0.0) * draw.wall
-    return dict(chain_method=method, grads_per_chain=float(grads[-1]),
-                warmup_grads_per_chain=warm_grads, wall_s=total.wall,
-                compile_s=total.compile_s, warmup_s=warm.wall, sampling_s=draw.wall,
-                grads_to_avg=to_avg, grads_to_max=to_max, wall_to_both_s=both,
-                b2_max=float(b2_max[-1]), b2_mean=float(b2_mean[-1]),
-                mean_tree_steps=float(steps.mean()))
+    return dict(
+        chain_method=method,
+        grads_per_chain=float(grads[-1]),
+        warmup_grads_per_chain=warm_grads,
+        wall_s=total.wall,
+        compile_s=total.compile_s,
+        warmup_s=warm.wall,
+        sampling_s=draw.wall,
+        grads_to_avg=to_avg,
+        grads_to_max=to_max,
+        wall_to_both_s=both,
+        b2_max=float(b2_max[-1]),
+        b2_mean=float(b2_mean[-1]),
+        mean_tree_steps=float(steps.mean()),
+    )
 
 
 def _laps(target: Any, chains: int, samples_: int, seed: int, mesh: Any) -> dict:
     x0 = jax.random.normal(jax.random.key(seed), (chains, target.dim))
     with clock() as c:
-        result = jax.block_until_ready(samplers.run(
-            None, target, x0, key=jax.random.key(seed + 1), num_steps=samples_,
-            adaptation=samplers.LAPS(), mesh=mesh, track_bias=True, chunk_size=samples_,
-            progress=False))
+        result = jax.block_until_ready(
+            samplers.run(
+                None,
+                target,
+                x0,
+                key=jax.random.key(seed + 1),
+                num_steps=samples_,
+                adaptation=samplers.LAPS(),
+                mesh=mesh,
+                track_bias=True,
+                chunk_size=samples_,
+                progress=False,
+            )
+        )
     info = result.adaptation_info
     adapt = float(info.num_grads)
     sampled = float(np.mean(result.num_grads))
@@ -124,11 +157,20 @@ def _laps(target: Any, chains: int, samples_: int, seed: int, mesh: Any) -> dict
         # wall time is dominated by compilation; scale the run part by gradients used
         run_part = c.wall - c.compile_s
         both = c.compile_s + run_part * max(to_avg, to_max) / (adapt + sampled)
-    return dict(grads_per_chain=adapt + sampled, adaptation_grads=adapt,
-                phase1_steps=int(info.num_steps1), stopped_early=bool(info.stopped_early),
-                wall_s=c.wall, compile_s=c.compile_s, grads_to_avg=to_avg,
-                grads_to_max=to_max, grads_le="yes", wall_to_both_s=both,
-                b2_max=float(bias[-1, 0]), b2_mean=float(bias[-1, 1]))
+    return dict(
+        grads_per_chain=adapt + sampled,
+        adaptation_grads=adapt,
+        phase1_steps=int(info.num_steps1),
+        stopped_early=bool(info.stopped_early),
+        wall_s=c.wall,
+        compile_s=c.compile_s,
+        grads_to_avg=to_avg,
+        grads_to_max=to_max,
+        grads_le="yes",
+        wall_to_both_s=both,
+        b2_max=float(bias[-1, 0]),
+        b2_mean=float(bias[-1, 1]),
+    )
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -157,8 +199,16 @@ def run(args: argparse.Namespace) -> list[dict]:
         row.update(status="error", error=error_text(err))
     emit(row, records)
     if not have("numpyro"):
-        emit(skipped(BENCH, "numpyro NUTS", "numpyro", **{
-            k: v for k, v in common.items() if k != "benchmark"}, chains=4), records)
+        emit(
+            skipped(
+                BENCH,
+                "numpyro NUTS",
+                "numpyro",
+                **{k: v for k, v in common.items() if k != "benchmark"},
+                chains=4,
+            ),
+            records,
+        )
         return records
     row = dict(common, impl="numpyro NUTS", chains=4, warmup=warmup, samples=samples_)
     try:

@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="gauss100", choices=("gauss100", "logreg50"))
 
 
-def interleaved(fns: dict[str, Any], args: dict[str, tuple], repeats: int,
-                number: int) -> dict[str, tuple[float, float]]:
+def interleaved(
+    fns: dict[str, Any], args: dict[str, tuple], repeats: int, number: int
+) -> dict[str, tuple[float, float]]:
     """(min, median) seconds per call of each function, timed in alternation."""
     import time
 
@@ -86,18 +87,26 @@ def run(args: argparse.Namespace) -> list[dict]:
     repeats = args.repeats or repeats
     n = args.num_devices
     mesh = mesh_for(n)
-    target = gaussian(dim) if args.target == "gauss100" else (
-        logistic(100, 4, 20_000) if args.smoke else logistic())
+    target = (
+        gaussian(dim)
+        if args.target == "gauss100"
+        else (logistic(100, 4, 20_000) if args.smoke else logistic())
+    )
     kernel = samplers.MCLMC(step_size=0.5, L=5.0)
     keys = enn.chain_keys(jax.random.key(args.seed), chains)
     x0 = jax.random.normal(jax.random.key(args.seed + 1), (chains, target.dim))
-    init = enn.ensemble_map(lambda k, t, x, key: k.init(t, x, key), mesh=mesh,
-                            in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
-                            out_roles=enn.PER_CHAIN)
+    init = enn.ensemble_map(
+        lambda k, t, x, key: k.init(t, x, key),
+        mesh=mesh,
+        in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+        out_roles=enn.PER_CHAIN,
+    )
     state = init(kernel, target, x0, keys)
-    placed = (jax.device_put(target, NamedSharding(mesh, P())),
-              jax.device_put(state, NamedSharding(mesh, P("chains"))),
-              jax.device_put(keys, NamedSharding(mesh, P("chains"))))
+    placed = (
+        jax.device_put(target, NamedSharding(mesh, P())),
+        jax.device_put(state, NamedSharding(mesh, P("chains"))),
+        jax.device_put(keys, NamedSharding(mesh, P("chains"))),
+    )
 
     def one(k: Any, t: Any, s: Any, key: Any) -> Any:
         return k.step(t, s, key)[0]
@@ -110,22 +119,30 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     records: list[dict] = []
     for workload, fn in (("1 step", one), (f"scan {steps} steps", scan)):
-        ours = enn.ensemble_map(fn, mesh=mesh, in_roles=(None, None, enn.PER_CHAIN,
-                                                         enn.PER_CHAIN),
-                                out_roles=enn.PER_CHAIN)
+        ours = enn.ensemble_map(
+            fn,
+            mesh=mesh,
+            in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+            out_roles=enn.PER_CHAIN,
+        )
         ours_jit = jax.jit(lambda t, s, key, ours=ours: ours(kernel, t, s, key))
 
         def body(t: Any, s: Any, key: Any, fn: Any = fn) -> Any:
             return jax.vmap(lambda s1, k1: fn(kernel, t, s1, k1))(s, key)
 
-        hand = jax.jit(jax.shard_map(body, mesh=mesh,
-                                     in_specs=(P(), P("chains"), P("chains")),
-                                     out_specs=P("chains")))
-        fns = {"ensemble_map (eager call)": lambda t, s, k, ours=ours: ours(kernel, t, s, k),
-               "ensemble_map (eager, inputs pre-placed)":
-                   lambda t, s, k, ours=ours: ours(kernel, t, s, k),
-               "ensemble_map under jax.jit": ours_jit,
-               "hand-written shard_map+vmap": hand}
+        hand = jax.jit(
+            jax.shard_map(
+                body, mesh=mesh, in_specs=(P(), P("chains"), P("chains")), out_specs=P("chains")
+            )
+        )
+        fns = {
+            "ensemble_map (eager call)": lambda t, s, k, ours=ours: ours(kernel, t, s, k),
+            "ensemble_map (eager, inputs pre-placed)": lambda t, s, k, ours=ours: ours(
+                kernel, t, s, k
+            ),
+            "ensemble_map under jax.jit": ours_jit,
+            "hand-written shard_map+vmap": hand,
+        }
         call_args = {name: (target, state, keys) for name in fns}
         # The same call with the broadcast target already replicated on the mesh and the
         # keys already sharded: what is left is ensemble_map's own Python work.
@@ -134,16 +151,28 @@ def run(args: argparse.Namespace) -> list[dict]:
         result = interleaved(fns, call_args, repeats, number)
         hand_min, hand_med = result["hand-written shard_map+vmap"]
         sizes = {
-            "ensemble_map under jax.jit": hlo_size(ours_jit.lower(target, state, keys)
-                                                   .compile()),
+            "ensemble_map under jax.jit": hlo_size(ours_jit.lower(target, state, keys).compile()),
             "hand-written shard_map+vmap": hlo_size(hand.lower(target, state, keys).compile()),
         }
         sizes["ensemble_map (eager call)"] = sizes["ensemble_map under jax.jit"]
         sizes["ensemble_map (eager, inputs pre-placed)"] = sizes["ensemble_map under jax.jit"]
         for name, (t_min, t_med) in result.items():
-            emit(dict(benchmark=BENCH, workload=workload, target=args.target, devices=n,
-                      chains=chains, impl=name, min_us=t_min * 1e6, median_us=t_med * 1e6,
-                      ratio_min=t_min / hand_min, ratio_median=t_med / hand_med,
-                      hlo_instructions=sizes[name], repeats=repeats, calls_per_timing=number),
-                 records)
+            emit(
+                dict(
+                    benchmark=BENCH,
+                    workload=workload,
+                    target=args.target,
+                    devices=n,
+                    chains=chains,
+                    impl=name,
+                    min_us=t_min * 1e6,
+                    median_us=t_med * 1e6,
+                    ratio_min=t_min / hand_min,
+                    ratio_median=t_med / hand_med,
+                    hlo_instructions=sizes[name],
+                    repeats=repeats,
+                    calls_per_timing=number,
+                ),
+                records,
+            )
     return records

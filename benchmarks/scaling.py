@@ -40,8 +40,7 @@ COLUMNS = [
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chains", default=None,
-                   help="comma-separated (default 64,256,1024,4096)")
+    p.add_argument("--chains", default=None, help="comma-separated (default 64,256,1024,4096)")
     p.add_argument("--n1", type=int, default=None, help="phase-1 steps (default 100)")
     p.add_argument("--repeats", type=int, default=3)
 
@@ -62,8 +61,17 @@ def run(args: argparse.Namespace) -> list[dict]:
     laps = samplers.LAPS(num_steps1=n1, num_adaptation_steps=n2, early_stop=False)
 
     def whole_run(positions: Any, key: Any) -> tuple:
-        result = samplers.run(None, target, positions, key=key, num_steps=n3, adaptation=laps,
-                              mesh=mesh, chunk_size=n3, progress=False)
+        result = samplers.run(
+            None,
+            target,
+            positions,
+            key=key,
+            num_steps=n3,
+            adaptation=laps,
+            mesh=mesh,
+            chunk_size=n3,
+            progress=False,
+        )
         return (result.state.position, result.adaptation_info.num_grads, result.num_grads)
 
     records: list[dict] = []
@@ -82,16 +90,33 @@ def run(args: argparse.Namespace) -> list[dict]:
             best = min(best, time.perf_counter() - t0)
         grads = float(out[1]) + float(np.mean(out[2]))
         steps = n1 + n2 + n3
-        row = dict(benchmark=BENCH, devices=n, chains=chains, chains_per_device=chains // n,
-                   dim=dim, steps=steps, grads_per_chain=grads, compile_s=c.compile_s,
-                   run_s=best, step_ms=best / steps * 1e3, us_per_grad=best / grads * 1e6,
-                   chain_grads_per_s=grads * chains / best)
+        row = dict(
+            benchmark=BENCH,
+            devices=n,
+            chains=chains,
+            chains_per_device=chains // n,
+            dim=dim,
+            steps=steps,
+            grads_per_chain=grads,
+            compile_s=c.compile_s,
+            run_s=best,
+            step_ms=best / steps * 1e3,
+            us_per_grad=best / grads * 1e6,
+            chain_grads_per_s=grads * chains / best,
+        )
         if mem is not None:
-            peak = (mem.argument_size_in_bytes + mem.output_size_in_bytes
-                    + mem.temp_size_in_bytes - mem.alias_size_in_bytes)
-            row.update(peak_mib=peak / 2**20, temp_mib=mem.temp_size_in_bytes / 2**20,
-                       argument_bytes=mem.argument_size_in_bytes,
-                       output_bytes=mem.output_size_in_bytes,
-                       temp_bytes=mem.temp_size_in_bytes)
+            peak = (
+                mem.argument_size_in_bytes
+                + mem.output_size_in_bytes
+                + mem.temp_size_in_bytes
+                - mem.alias_size_in_bytes
+            )
+            row.update(
+                peak_mib=peak / 2**20,
+                temp_mib=mem.temp_size_in_bytes / 2**20,
+                argument_bytes=mem.argument_size_in_bytes,
+                output_bytes=mem.output_size_in_bytes,
+                temp_bytes=mem.temp_size_in_bytes,
+            )
         emit(row, records)
     return records

@@ -83,8 +83,9 @@ def blocks(text: str) -> list[Block]:
         closing = re.compile(rf"^ {{0,{indent + 3}}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
         while j < len(lines) and not closing.match(lines[j]):
             j += 1
-        code = "\n".join(line[indent:] if line[:indent].strip() == "" else line
-                         for line in lines[start:j])
+        code = "\n".join(
+            line[indent:] if line[:indent].strip() == "" else line for line in lines[start:j]
+        )
         runs = language in ("python", "py") and last_text != NO_RUN
         found.append(Block(language, start + 1, code, runs))
         last_text = ""
@@ -131,7 +132,8 @@ def page_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["JAX_PLATFORMS"] = "cpu"
     env["MPLBACKEND"] = "Agg"
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env.pop("XLA_FLAGS", None)  # the page sets the device count itself
     if extra:
         env.update(extra)
@@ -154,8 +156,14 @@ class Outcome:
     seconds: float
 
 
-def run_page(page: Path, *, cwd: Path = GENERATED, timeout: float = PAGE_TIMEOUT_S,
-             env: dict[str, str] | None = None, epilogue: str = "") -> Outcome:
+def run_page(
+    page: Path,
+    *,
+    cwd: Path = GENERATED,
+    timeout: float = PAGE_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    epilogue: str = "",
+) -> Outcome:
     """Run one page's script (then `epilogue`, if any) in a fresh interpreter; never raises
     on a failing page."""
     cwd.mkdir(parents=True, exist_ok=True)
@@ -164,8 +172,14 @@ def run_page(page: Path, *, cwd: Path = GENERATED, timeout: float = PAGE_TIMEOUT
     tick = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _RUNNER, shown], input=source, text=True,
-            capture_output=True, cwd=cwd, env=env or page_environment(), timeout=timeout)
+            [sys.executable, "-c", _RUNNER, shown],
+            input=source,
+            text=True,
+            capture_output=True,
+            cwd=cwd,
+            env=env or page_environment(),
+            timeout=timeout,
+        )
         code, output = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as err:
         out = (err.stdout or b"") + (err.stderr or b"")
@@ -174,14 +188,23 @@ def run_page(page: Path, *, cwd: Path = GENERATED, timeout: float = PAGE_TIMEOUT
     return Outcome(page, code, output, time.perf_counter() - tick)
 
 
-def run_pages(pages: list[Path], *, cwd: Path = GENERATED, workers: int | None = None,
-              timeout: float = PAGE_TIMEOUT_S, env: dict[str, str] | None = None,
-              epilogue: str = "") -> list[Outcome]:
+def run_pages(
+    pages: list[Path],
+    *,
+    cwd: Path = GENERATED,
+    workers: int | None = None,
+    timeout: float = PAGE_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+    epilogue: str = "",
+) -> list[Outcome]:
     """Run pages concurrently (each in its own process); outcomes in the pages' order."""
     workers = workers or max(1, min(len(pages), os.cpu_count() or 1, 4))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(
-            lambda p: run_page(p, cwd=cwd, timeout=timeout, env=env, epilogue=epilogue), pages))
+        return list(
+            pool.map(
+                lambda p: run_page(p, cwd=cwd, timeout=timeout, env=env, epilogue=epilogue), pages
+            )
+        )
 
 
 def _library_digest() -> str:
@@ -225,14 +248,17 @@ def check(outcome: Outcome, *, digest: str | None = None) -> str | None:
     page, name = outcome.page, str(outcome.page.relative_to(DOCS))
     text = page.read_text(encoding="utf-8")
     if outcome.returncode != 0:
-        return (f"{name} failed (exit {outcome.returncode}) after {outcome.seconds:.0f} s:\n"
-                f"{outcome.output[-4000:]}")
+        return (
+            f"{name} failed (exit {outcome.returncode}) after {outcome.seconds:.0f} s:\n"
+            f"{outcome.output[-4000:]}"
+        )
     missing = [i for i in images(text) if not (GENERATED / i).is_file()]
     if missing:
         return f"{name} ran but did not write {missing} into {GENERATED}"
     STAMPS.mkdir(parents=True, exist_ok=True)
-    _stamp(page).write_text(json.dumps({"digest": digest or _library_digest(),
-                                        "code": _sha(code(text))}))
+    _stamp(page).write_text(
+        json.dumps({"digest": digest or _library_digest(), "code": _sha(code(text))})
+    )
     return None
 
 
@@ -250,8 +276,9 @@ def generate(pages: list[Path] | None = None, *, force: bool = False, log=print)
     if not stale:
         log(f"docs: {len(pages)} executable pages up to date")
         return
-    log(f"docs: running {len(stale)} page(s): "
-        + ", ".join(str(p.relative_to(DOCS)) for p in stale))
+    log(
+        f"docs: running {len(stale)} page(s): " + ", ".join(str(p.relative_to(DOCS)) for p in stale)
+    )
     problems = []
     for outcome in run_pages(stale):
         problem = check(outcome, digest=digest)
@@ -271,7 +298,8 @@ def on_pre_build(config, **kwargs) -> None:  # noqa: ARG001 - mkdocs hook signat
     mode = os.environ.get("ENSEMBLENN_DOCS_EXECUTE", "auto").lower()
     if mode not in ("auto", "always", "never"):
         raise DocsExecutionError(
-            f"ENSEMBLENN_DOCS_EXECUTE must be auto, always or never, got {mode!r}.")
+            f"ENSEMBLENN_DOCS_EXECUTE must be auto, always or never, got {mode!r}."
+        )
     GENERATED.mkdir(parents=True, exist_ok=True)
     if mode == "never":
         return

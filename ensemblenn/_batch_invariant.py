@@ -54,8 +54,13 @@ def _typed_like(update: jax.Array, buffer: jax.Array) -> jax.Array:
     return jax.sharding.reshard(update, want.spec)
 
 
-def _by_blocks(one_chain: Callable[..., list], operands: list, batched: list[bool],
-               num_chains: int, block_size: int) -> list:
+def _by_blocks(
+    one_chain: Callable[..., list],
+    operands: list,
+    batched: list[bool],
+    num_chains: int,
+    block_size: int,
+) -> list:
     """`one_chain` over `num_chains` chains, `block_size` at a time, in a loop."""
     num_blocks = -(-num_chains // block_size)
     rows = (num_blocks + 1) * block_size  # one spare block; see the module docstring
@@ -64,24 +69,29 @@ def _by_blocks(one_chain: Callable[..., list], operands: list, batched: list[boo
     block_fn = jax.vmap(one_chain, in_axes=(in_axes,))
 
     def block_of(i: jax.Array) -> list:
-        return [jax.lax.dynamic_slice_in_dim(x, i * block_size, block_size) if b else x
-                for x, b in zip(padded, batched)]
+        return [
+            jax.lax.dynamic_slice_in_dim(x, i * block_size, block_size) if b else x
+            for x, b in zip(padded, batched)
+        ]
 
     shapes = jax.eval_shape(block_fn, block_of(jnp.int32(0)))
     outputs = [jnp.zeros((rows, *s.shape[1:]), s.dtype) for s in shapes]
 
     def body(i: jax.Array, outputs: list) -> list:
         results = block_fn(block_of(i))
-        return [jax.lax.dynamic_update_slice_in_dim(o, _typed_like(r, o), i * block_size, 0)
-                for o, r in zip(outputs, results)]
+        return [
+            jax.lax.dynamic_update_slice_in_dim(o, _typed_like(r, o), i * block_size, 0)
+            for o, r in zip(outputs, results)
+        ]
 
     trip_count = jax.lax.optimization_barrier(jnp.int32(num_blocks))
     outputs = jax.lax.fori_loop(0, trip_count, body, outputs)
     return [o[:num_chains] for o in outputs]
 
 
-def _batched_outputs(one_chain: Callable[..., list], operands: list,
-                     batched: list[bool]) -> list[bool]:
+def _batched_outputs(
+    one_chain: Callable[..., list], operands: list, batched: list[bool]
+) -> list[bool]:
     """Which outputs of `one_chain` a plain `vmap` over the batched operands would batch."""
     found: list[bool] = []
 
@@ -99,8 +109,9 @@ AUTO_BLOCKS = 8
 """`block_size="auto"` is `num_chains // AUTO_BLOCKS`: no padding on up to 8 devices."""
 
 
-def check_block_size(block_size: Any, *, allow_none: bool, allow_auto: bool = False
-                     ) -> int | str | None:
+def check_block_size(
+    block_size: Any, *, allow_none: bool, allow_auto: bool = False
+) -> int | str | None:
     """`block_size` if it is a positive int (or None / "auto" where allowed), else a clear
     error."""
     if block_size is None and allow_none:
@@ -112,7 +123,8 @@ def check_block_size(block_size: Any, *, allow_none: bool, allow_auto: bool = Fa
         options += ' or "auto"' if allow_auto else ""
         raise EnsembleError(
             f"block_size={block_size!r}: it must be a positive int (chains per compiled "
-            f"block){options}.\n  fix: block_size=16.")
+            f"block){options}.\n  fix: block_size=16."
+        )
     return block_size
 
 
@@ -124,8 +136,7 @@ def resolve_block_size(block_size: int | str | None, num_chains: int) -> int | N
     return block_size  # type: ignore[return-value]
 
 
-def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None
-                    ) -> Callable[..., _T]:
+def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None) -> Callable[..., _T]:
     """Wrap per-chain code so its results are the same for any number of chains per device.
 
     Use it inside per-chain code around collective-free work (a log density and its
@@ -225,7 +236,8 @@ def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None
                 "is being differentiated in reverse mode, which the blocked loop does not "
                 "support.\n  fix: take the gradient inside the wrapped function (as a "
                 "kernel step does: enn.batch_invariant(step) where step calls jax.grad), or "
-                "leave this function unwrapped.") from None
+                "leave this function unwrapped."
+            ) from None
         return eqx.combine(jax.tree.unflatten(out_tree, out_leaves), out_static)
 
     return wrapped

@@ -19,8 +19,19 @@ import numpy as np
 from jax.extend import core as jex_core
 
 _ATOMS = (
-    jax.Array, np.ndarray, np.generic, type, types.ModuleType, str, bytes, int, float,
-    complex, bool, type(None), types.BuiltinFunctionType,
+    jax.Array,
+    np.ndarray,
+    np.generic,
+    type,
+    types.ModuleType,
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    types.BuiltinFunctionType,
 )
 
 
@@ -72,8 +83,9 @@ def shard_map_captures(closed: Any) -> list[str]:
                 for item in param if isinstance(param, (tuple, list)) else (param,):
                     if isinstance(item, jex_core.ClosedJaxpr):
                         if is_shard_map or inside:
-                            bad.extend(str(jax.typeof(c)) for c in item.consts
-                                       if isinstance(c, jax.Array))
+                            bad.extend(
+                                str(jax.typeof(c)) for c in item.consts if isinstance(c, jax.Array)
+                            )
                         walk(item.jaxpr, inside or is_shard_map)
                     elif isinstance(item, jex_core.Jaxpr):
                         if is_shard_map:

@@ -120,13 +120,17 @@ def _sum_by_nodes(local: Array, frame: EnsembleFrame) -> Array:
 
     def branch(d: int) -> Any:
         def node_sums(local: Array) -> Array:
-            sums = [tree_sum(local[i * (1 << k) - d * per:(i + 1) * (1 << k) - d * per])
-                    for k, i in nodes[d]]
+            sums = [
+                tree_sum(local[i * (1 << k) - d * per : (i + 1) * (1 << k) - d * per])
+                for k, i in nodes[d]
+            ]
             return jnp.stack(sums + [zero] * (width - len(sums)))
+
         return node_sums
 
-    mine = lax.switch(lax.axis_index(frame.mesh_axis),
-                      [branch(d) for d in range(frame.num_devices)], local)
+    mine = lax.switch(
+        lax.axis_index(frame.mesh_axis), [branch(d) for d in range(frame.num_devices)], local
+    )
     every = lax.all_gather(mine, frame.mesh_axis)  # (devices, width, ...)
     where = {node: (d, slot) for d, ns in enumerate(nodes) for slot, node in enumerate(ns)}
 

@@ -107,8 +107,10 @@ class _Plan(NamedTuple):
 
 
 def _split_by_role(leaves: list, per_chain: tuple[bool, ...]) -> tuple[list, list]:
-    return ([x for x, pc in zip(leaves, per_chain) if pc],
-            [x for x, pc in zip(leaves, per_chain) if not pc])
+    return (
+        [x for x, pc in zip(leaves, per_chain) if pc],
+        [x for x, pc in zip(leaves, per_chain) if not pc],
+    )
 
 
 def _merge_by_role(pcs: list, bcs: list, per_chain: tuple[bool, ...]) -> list:
@@ -175,8 +177,9 @@ def _declared_output_roles(out: Any, out_roles: Any) -> list[LeafInfo]:
         raise type(err)(str(err).replace("in_roles", "out_roles")) from None
 
 
-def _run_body(plan: _Plan, trace: _Trace, in_leaves: list, lifted: list,
-              lifted_ids: list[int]) -> tuple[list, list]:
+def _run_body(
+    plan: _Plan, trace: _Trace, in_leaves: list, lifted: list, lifted_ids: list[int]
+) -> tuple[list, list]:
     """One device's work: vmap the per-chain function over the local chains."""
     frame = EnsembleFrame(
         local_axis=plan.local_axis,
@@ -233,7 +236,11 @@ def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
         return _run_body(plan, trace, leaves, lifted_vals, list(lifted_ids))
 
     mapped = jax.shard_map(
-        body, mesh=plan.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False,
+        body,
+        mesh=plan.mesh,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        check_vma=False,
         axis_names=frozenset({plan.mesh_axis}),
     )
     return mapped(in_leaves, lifted)
@@ -255,8 +262,18 @@ class EnsembleMapped:
         [1.0, 3.0, 5.0, 7.0]
     """
 
-    def __init__(self, fn: Callable, *, mesh: Any, axis: str, in_roles: Any, out_roles: Any,
-                 closures: str, strict: bool, block_size: int | str | None = None):
+    def __init__(
+        self,
+        fn: Callable,
+        *,
+        mesh: Any,
+        axis: str,
+        in_roles: Any,
+        out_roles: Any,
+        closures: str,
+        strict: bool,
+        block_size: int | str | None = None,
+    ):
         if closures not in ("lift", "error"):
             raise EnsembleError(f"closures must be 'lift' or 'error', got {closures!r}.")
         if not callable(fn):
@@ -281,8 +298,9 @@ class EnsembleMapped:
         mesh = resolve_mesh(self.mesh, self.axis)
         infos = (
             resolve_roles(self.fn, root="fn", strict=False)
-            + resolve_roles(args, in_roles=self._args_roles(len(args)), root="args",
-                            strict=self.strict)
+            + resolve_roles(
+                args, in_roles=self._args_roles(len(args)), root="args", strict=self.strict
+            )
             + resolve_roles(kwargs, root="kwargs", strict=self.strict)
         )
         n = count_chains(infos)
@@ -290,37 +308,47 @@ class EnsembleMapped:
         self._check_chain_count(n, devices, infos)
         num_local = n // devices
         in_per_chain = tuple(i.role is PER_CHAIN for i in infos)
-        leaves = [place(i.value, mesh, spec_for(i.role, self.axis), reuse=i.role is BROADCAST)
-                  for i in infos]
-        static_tree = eqx.filter((self.fn, args, kwargs), eqx.is_array, inverse=True,
-                                 replace=_ARRAY)
+        leaves = [
+            place(i.value, mesh, spec_for(i.role, self.axis), reuse=i.role is BROADCAST)
+            for i in infos
+        ]
+        static_tree = eqx.filter(
+            (self.fn, args, kwargs), eqx.is_array, inverse=True, replace=_ARRAY
+        )
         static = _Static(static_tree)
 
         block_size = resolve_block_size(self.block_size, n)
         frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices, block_size)
-        signature = (static, in_per_chain, mesh, self.axis, n, _Static(self.out_roles),
-                     block_size,
-                     tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves))
+        signature = (
+            static,
+            in_per_chain,
+            mesh,
+            self.axis,
+            n,
+            _Static(self.out_roles),
+            block_size,
+            tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves),
+        )
         reachable = reachable_arrays(static_tree)
         fingerprint = tuple((i, a.shape, a.dtype) for i, a in reachable.items())
         found = _DISCOVERIES.get(signature)
-        if (found is not None and found.fingerprint == fingerprint
-                and all(i in reachable for i in found.captured_ids)):
+        if (
+            found is not None
+            and found.fingerprint == fingerprint
+            and all(i in reachable for i in found.captured_ids)
+        ):
             _DISCOVERIES.move_to_end(signature)
             captured, info = [reachable[i] for i in found.captured_ids], found.info
         else:
-            captured, info = self._discover(static_tree, leaves, in_per_chain, frame,
-                                            reachable)
-            _DISCOVERIES[signature] = _Discovery(fingerprint, tuple(id(c) for c in captured),
-                                                 info)
+            captured, info = self._discover(static_tree, leaves, in_per_chain, frame, reachable)
+            _DISCOVERIES[signature] = _Discovery(fingerprint, tuple(id(c) for c in captured), info)
             if len(_DISCOVERIES) > _MAX_DISCOVERIES:
                 _DISCOVERIES.popitem(last=False)
         if captured and self.closures == "error":
             raise ClosureError(_closure_message(self.fn, captured))
         lifted = [place(c, mesh, P(), reuse=True) for c in captured]
 
-        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, block_size,
-                     info)
+        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, block_size, info)
         token = _CALL.set((self.out_roles, tuple(id(c) for c in captured)))
         try:
             pc_out, bc_out = _execute(plan, leaves, lifted)
@@ -341,13 +369,18 @@ class EnsembleMapped:
         full = [next(it) if s is _ARRAY else s for s in info.static_leaves.tree()]
         return jax.tree.unflatten(info.treedef, full)
 
-    def _discover(self, static_tree: Any, leaves: list, in_per_chain: tuple[bool, ...],
-                  frame: EnsembleFrame, reachable: dict[int, Any]) -> tuple[list, _OutInfo]:
+    def _discover(
+        self,
+        static_tree: Any,
+        leaves: list,
+        in_per_chain: tuple[bool, ...],
+        frame: EnsembleFrame,
+        reachable: dict[int, Any],
+    ) -> tuple[list, _OutInfo]:
         """Trace the per-chain function abstractly: its outputs' roles and what it captures."""
         trace = _Trace(static_tree, self.out_roles, self.local_axis)
         pcs, bcs = _split_by_role(leaves, in_per_chain)
-        local_pcs = [jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype)
-                     for x in pcs]
+        local_pcs = [jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype) for x in pcs]
         local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
         # A captured array sharded on an Explicit mesh keeps that type in this trace, where
         # e.g. indexing it by chain would be a sharding error; it will enter the program
@@ -363,13 +396,15 @@ class EnsembleMapped:
 
             with entered(frame):
                 return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
-                    pc_leaves, bc_leaves)
+                    pc_leaves, bc_leaves
+                )
 
         closed = jax.make_jaxpr(discover, axis_env=[(self.axis, frame.num_devices)])(
-            local_pcs, local_bcs, plain)
+            local_pcs, local_bcs, plain
+        )
         used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
         used |= {id(v) for v in closed.jaxpr.outvars}
-        sharded_vars = closed.jaxpr.invars[len(closed.jaxpr.invars) - len(sharded):]
+        sharded_vars = closed.jaxpr.invars[len(closed.jaxpr.invars) - len(sharded) :]
         captured_sharded = [a for a, v in zip(sharded, sharded_vars) if id(v) in used]
         return jaxpr_constants(closed) + captured_sharded, trace.info
 
@@ -390,8 +425,9 @@ class EnsembleMapped:
                 "in_roles=..., or use a module field declared with enn.per_chain()."
             )
         if n % devices:
-            paths = ", ".join(f"{i.path}: {describe(i.value)}" for i in infos
-                              if i.role is PER_CHAIN)
+            paths = ", ".join(
+                f"{i.path}: {describe(i.value)}" for i in infos if i.role is PER_CHAIN
+            )
             raise ChainCountError(
                 f"{n} chains cannot be split evenly over the {devices} devices of mesh axis "
                 f"{self.axis!r} (per-chain leaves: {paths}).\n  fix: use a multiple of "
@@ -401,9 +437,11 @@ class EnsembleMapped:
 
 
 def _closure_message(fn: Any, captured: list[Any]) -> str:
-    lines = "\n".join(f"  - {describe_capture(c)}"
-                      + ("  (sharded on an Explicit mesh)" if is_explicit_sharded(c) else "")
-                      for c in captured)
+    lines = "\n".join(
+        f"  - {describe_capture(c)}"
+        + ("  (sharded on an Explicit mesh)" if is_explicit_sharded(c) else "")
+        for c in captured
+    )
     name = getattr(fn, "__qualname__", type(fn).__name__)
     return (
         f"{name} captures {len(captured)} jax.Array(s) by closure (closures='error'):\n"
@@ -477,5 +515,13 @@ def ensemble_map(
         >>> f(jnp.arange(8.0), 2.0).tolist()
         [-7.0, -5.0, -3.0, -1.0, 1.0, 3.0, 5.0, 7.0]
     """
-    return EnsembleMapped(fn, mesh=mesh, axis=axis, in_roles=in_roles, out_roles=out_roles,
-                          closures=closures, strict=strict, block_size=block_size)
+    return EnsembleMapped(
+        fn,
+        mesh=mesh,
+        axis=axis,
+        in_roles=in_roles,
+        out_roles=out_roles,
+        closures=closures,
+        strict=strict,
+        block_size=block_size,
+    )

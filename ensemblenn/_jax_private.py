@@ -51,7 +51,8 @@ def pin_cpu_collectives_to(host: str) -> None:
 
     def make_cpu_client() -> Any:
         collectives = _jax.make_gloo_tcp_collectives(
-            distributed_client=jax_distributed.global_state.client, hostname=host)
+            distributed_client=jax_distributed.global_state.client, hostname=host
+        )
         return xla_bridge.make_cpu_client(collectives=collectives)
 
     xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)

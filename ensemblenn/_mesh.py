@@ -94,8 +94,11 @@ def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
 
 def _put(x: Any, sharding: NamedSharding) -> Any:
     if not isinstance(x, jax.core.Tracer):
-        if (isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-                and not sharding.is_fully_addressable):
+        if (
+            isinstance(x, jax.Array)
+            and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+            and not sharding.is_fully_addressable
+        ):
             # Across processes device_put refuses key arrays; their raw data it places.
             data = jax.device_put(jax.random.key_data(x), sharding)
             return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))

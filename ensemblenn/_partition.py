@@ -32,8 +32,10 @@ def describe(value: Any) -> str:
     """`float32[8,3]`-style description of an array, or the type of anything else."""
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         try:
-            return str(jax.typeof(value)) if isinstance(value, jax.Array) else (
-                f"{np.dtype(value.dtype).name}{list(value.shape)}"
+            return (
+                str(jax.typeof(value))
+                if isinstance(value, jax.Array)
+                else (f"{np.dtype(value.dtype).name}{list(value.shape)}")
             )
         except TypeError:
             return f"{value.dtype}{list(value.shape)}"
@@ -89,8 +91,7 @@ def resolve_roles(
     # The roles depend on the structure only (tree shape, classes and their field roles,
     # which leaves are arrays or scalars), not on the values: resolve each structure once.
     leaves, treedef = jax.tree.flatten(tree)
-    kinds = tuple(2 if eqx.is_array(x) else 1 if _is_scalar_constant(x) else 0
-                  for x in leaves)
+    kinds = tuple(2 if eqx.is_array(x) else 1 if _is_scalar_constant(x) else 0 for x in leaves)
     try:
         key = (treedef, kinds, in_roles, strict, root, default)
         cached = _RESOLVED.get(key)
@@ -111,12 +112,19 @@ _RESOLVED: dict = {}
 _MAX_RESOLVED = 1024
 
 
-def _walk_roles(tree: PyTree, in_roles: Any, strict: bool, root: str,
-                default: Role | None) -> list[LeafInfo]:
+def _walk_roles(
+    tree: PyTree, in_roles: Any, strict: bool, root: str, default: Role | None
+) -> list[LeafInfo]:
     out: list[LeafInfo] = []
 
-    def walk(node: Any, path: str, forced: Role | None, declared: Role | None,
-             roles_prefix: Any, direct: bool) -> None:
+    def walk(
+        node: Any,
+        path: str,
+        forced: Role | None,
+        declared: Role | None,
+        roles_prefix: Any,
+        direct: bool,
+    ) -> None:
         if roles_prefix is not None and not isinstance(roles_prefix, Role):
             # Descend the in_roles prefix alongside the tree.
             pkids, ptreedef = _children(roles_prefix)
@@ -200,9 +208,10 @@ def count_chains(infos: Sequence[LeafInfo]) -> int | None:
     if not sizes:
         return None
     if len(sizes) > 1:
-        lines = "\n".join(f"  leading size {n}: "
-                          + ", ".join(f"{i.path}: {describe(i.value)}" for i in leaves)
-                          for n, leaves in sizes.items())
+        lines = "\n".join(
+            f"  leading size {n}: " + ", ".join(f"{i.path}: {describe(i.value)}" for i in leaves)
+            for n, leaves in sizes.items()
+        )
         raise ChainCountError(
             "Per-chain leaves disagree on the number of chains (their leading axis):\n"
             f"{lines}\n  fix: every {PER_CHAIN} leaf must have shape (num_chains, ...); mark "

@@ -35,12 +35,14 @@ class Adaptation(eqx.Module):
     """
 
     @abc.abstractmethod
-    def run(self, sampler: Sampler | None, logdensity: Logdensity, state: State | Any,
-            key: PRNGKeyArray) -> tuple[Sampler, State, Any]:
+    def run(
+        self, sampler: Sampler | None, logdensity: Logdensity, state: State | Any, key: PRNGKeyArray
+    ) -> tuple[Sampler, State, Any]:
         """Adapt for one chain (inside the ensemble); see the class docstring."""
 
-    def initial_state(self, sampler: Sampler | None, logdensity: Logdensity, position: Any,
-                      key: PRNGKeyArray) -> State | Any:
+    def initial_state(
+        self, sampler: Sampler | None, logdensity: Logdensity, position: Any, key: PRNGKeyArray
+    ) -> State | Any:
         """The state `run` starts from; by default `sampler.init`."""
         return sampler.init(logdensity, position, key)
 

@@ -43,8 +43,12 @@ class ChainMoments(eqx.Module):
             observable_second_moment=jnp.zeros(dim, dtype),
         )
 
-    def update(self, x: Float[Array, " dim"], half: Int[Array, ""],
-               observed: Float[Array, " dim"] | None = None) -> "ChainMoments":
+    def update(
+        self,
+        x: Float[Array, " dim"],
+        half: Int[Array, ""],
+        observed: Float[Array, " dim"] | None = None,
+    ) -> "ChainMoments":
         count = self.count.at[half].add(1)
         n = count[half].astype(x.dtype)
         delta = x - self.mean[half]

@@ -34,8 +34,9 @@ def convergence_plot(result: Any, path: str | os.PathLike, title: str = "") -> s
     from . import distributed
 
     d = result.diagnostics
-    host = distributed.gather({"bias": result.bias_history, "rhat": d.rhat,
-                               "nested": d.nested_rhat})
+    host = distributed.gather(
+        {"bias": result.bias_history, "rhat": d.rhat, "nested": d.nested_rhat}
+    )
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     if host["bias"] is not None and len(host["bias"]):
         steps = np.arange(1, len(host["bias"]) + 1)
@@ -46,8 +47,14 @@ def convergence_plot(result: Any, path: str | os.PathLike, title: str = "") -> s
         left.set_ylabel("b² of E[x²]")
         left.legend(fontsize=8)
     else:
-        left.text(0.5, 0.5, "b² not tracked\n(run with track_bias=True and a reference)",
-                  ha="center", va="center", transform=left.transAxes)
+        left.text(
+            0.5,
+            0.5,
+            "b² not tracked\n(run with track_bias=True and a reference)",
+            ha="center",
+            va="center",
+            transform=left.transAxes,
+        )
         left.set_axis_off()
     dims = np.arange(len(host["rhat"]))
     right.plot(dims, host["rhat"], "o", ms=3, label="split R-hat")

@@ -16,8 +16,11 @@ class Progress:
     def update(self, steps: int, acceptance: Any, seconds: float, phase: str) -> None:
         if self.bar is None:
             return
-        self.bar.set_postfix(phase=phase, acc=f"{float(acceptance):.3f}",
-                             rate=f"{steps / max(seconds, 1e-9):.1f} steps/s")
+        self.bar.set_postfix(
+            phase=phase,
+            acc=f"{float(acceptance):.3f}",
+            rate=f"{steps / max(seconds, 1e-9):.1f} steps/s",
+        )
         self.bar.update(steps)
 
     def close(self) -> None:

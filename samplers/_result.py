@@ -105,7 +105,7 @@ class Result(eqx.Module):
         rows = list(range(dim))
         if dim > max_rows:
             half = max_rows // 2
-            rows = rows[:half] + [-1] + rows[dim - half:]
+            rows = rows[:half] + [-1] + rows[dim - half :]
         devices = _device_count(self.acceptance_rate)
         adapted = getattr(self.adaptation_info, "num_grads", None)
         adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
@@ -118,8 +118,10 @@ class Result(eqx.Module):
             f"min ESS {float(np.nanmin(cols['ess'])):.0f}",
         ]
         if d.bias_squared_max is not None:
-            lines.append(f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
-                         f"mean {float(d.bias_squared_mean):.2e}")
+            lines.append(
+                f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
+                f"mean {float(d.bias_squared_mean):.2e}"
+            )
         header = f"{'dim':>6} " + " ".join(f"{name:>11}" for name in cols)
         lines += [header, "-" * len(header)]
         for r in rows:

@@ -46,20 +46,38 @@ class _Carry(eqx.Module):
     grads: Any
 
 
-def _init_chain(sampler: Sampler | None, adaptation: Adaptation | None,
-                logdensity: Logdensity, position: Array, key: PRNGKeyArray) -> Any:
+def _init_chain(
+    sampler: Sampler | None,
+    adaptation: Adaptation | None,
+    logdensity: Logdensity,
+    position: Array,
+    key: PRNGKeyArray,
+) -> Any:
     if adaptation is not None:
         return adaptation.initial_state(sampler, logdensity, position, key)
     return init_chain(sampler, logdensity, position, key)
 
 
-def _adapt_chain(adaptation: Adaptation, sampler: Sampler | None, logdensity: Logdensity,
-                 state: Any, key: PRNGKeyArray) -> tuple[Sampler, Any, Any]:
+def _adapt_chain(
+    adaptation: Adaptation,
+    sampler: Sampler | None,
+    logdensity: Logdensity,
+    state: Any,
+    key: PRNGKeyArray,
+) -> tuple[Sampler, Any, Any]:
     return adaptation.run(sampler, logdensity, state, key)
 
 
-def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Carry,
-           key: PRNGKeyArray, start: Array, length: Array, reference: Any) -> tuple:
+def _chunk(
+    config: _Config,
+    sampler: Sampler,
+    logdensity: Logdensity,
+    carry: _Carry,
+    key: PRNGKeyArray,
+    start: Array,
+    length: Array,
+    reference: Any,
+) -> tuple:
     """`length` (<= capacity) steps of one chain, from global step `start`.
 
     Steps before `config.first_sample` are warmup: they move the chain but add nothing to
@@ -79,8 +97,9 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
         since = t - config.first_sample
         sampling = since >= 0
         observed = observe(state.position)
-        updated = c.moments.update(state.position, (since >= config.half_point).astype(jnp.int32),
-                                   observed)
+        updated = c.moments.update(
+            state.position, (since >= config.half_point).astype(jnp.int32), observed
+        )
         moments = jax.tree.map(lambda new, old: jnp.where(sampling, new, old), updated, c.moments)
         c = _Carry(
             state,
@@ -95,8 +114,9 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
-            b2 = jnp.stack(diag.bias_squared(estimate, reference.second_moment,
-                                             reference.second_moment_var))
+            b2 = jnp.stack(
+                diag.bias_squared(estimate, reference.second_moment, reference.second_moment_var)
+            )
             bias = bias.at[i].set(b2.astype(jnp.float32))
         return i + 1, kept, c, draws, bias
 
@@ -104,21 +124,26 @@ def _chunk(config: _Config, sampler: Sampler, logdensity: Logdensity, carry: _Ca
     loop = (jnp.int32(0), jnp.int32(0), carry, draws, bias)
     _, _, carry, draws, bias = jax.lax.while_loop(lambda lp: lp[0] < length, body, loop)
     chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
-    return (carry, draws if config.keep_trace else None,
-            (chunk_acceptance, bias if config.track_bias else None))
+    return (
+        carry,
+        draws if config.keep_trace else None,
+        (chunk_acceptance, bias if config.track_bias else None),
+    )
 
 
 def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None) -> Diagnostics:
     """Ensemble diagnostics from every chain's moments (identical on every device)."""
     from . import diagnostics as diag
+
     half_mean, half_var = moments.half_mean_var()
     mean, var = moments.chain_mean_var()
     every = enn.chain_all_gather((half_mean, half_var, mean, var, moments.count))
     half_mean, half_var, mean, var, count = every
     dim = mean.shape[-1]
     n_half = count.min()
-    rhat = diag.split_rhat_from_moments(half_mean.reshape(-1, dim), half_var.reshape(-1, dim),
-                                        n_half)
+    rhat = diag.split_rhat_from_moments(
+        half_mean.reshape(-1, dim), half_var.reshape(-1, dim), n_half
+    )
     n = count.sum(-1).min()
     ess = diag.ess_from_moments(mean, var, n)
     nested = None
@@ -129,8 +154,9 @@ def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None
     b2_max = b2_mean = None
     if reference is not None:
         observed_second = enn.chain_mean(moments.observable_second_moment)
-        b2_max, b2_mean = diag.bias_squared(observed_second, reference.second_moment,
-                                            reference.second_moment_var)
+        b2_max, b2_mean = diag.bias_squared(
+            observed_second, reference.second_moment, reference.second_moment_var
+        )
     return Diagnostics(
         mean=ens_mean,
         sd=jnp.sqrt(jnp.maximum(ens_second - ens_mean**2, 0.0)),
@@ -171,9 +197,9 @@ def _check_logdensity(logdensity: Any, positions: Any) -> None:
 
 def _check_key(key: Any) -> None:
     typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    if (typed and key.shape != ()) or (not typed and (np.shape(key) != (2,)
-                                                       or getattr(key, "dtype", None)
-                                                       != jnp.uint32)):
+    if (typed and key.shape != ()) or (
+        not typed and (np.shape(key) != (2,) or getattr(key, "dtype", None) != jnp.uint32)
+    ):
         raise enn.EnsembleError(
             f"key must be one PRNG key (jax.random.key(seed), or a uint32[2] "
             f"jax.random.PRNGKey), got {getattr(key, 'dtype', type(key).__name__)}"
@@ -181,8 +207,15 @@ def _check_key(key: Any) -> None:
         )
 
 
-def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any,
-                  num_steps: Any, num_warmup: Any, thin: Any) -> None:
+def _check_inputs(
+    sampler: Any,
+    adaptation: Any,
+    logdensity: Any,
+    positions: Any,
+    num_steps: Any,
+    num_warmup: Any,
+    thin: Any,
+) -> None:
     if adaptation is None and not isinstance(sampler, Sampler):
         raise enn.EnsembleError(
             f"sampler must be a samplers.Sampler (e.g. samplers.HMC(...)), got "
@@ -223,7 +256,6 @@ def _check_inputs(sampler: Any, adaptation: Any, logdensity: Any, positions: Any
                 f"positions has non-finite (NaN/inf) entries in chains {bad}: every chain must "
                 "start at a finite point."
             )
-
 
 
 def run(
@@ -317,25 +349,47 @@ def run(
     k_init, k_adapt, k_run = jax.random.split(key, 3)
     common = dict(mesh=mesh, axis=axis, block_size=block_size)
     traced = isinstance(positions, jax.core.Tracer) or isinstance(key, jax.core.Tracer)
-    show = ((progress if progress is not None else sys.stderr.isatty()) and not traced
-            and jax.process_index() == 0)  # several processes: one bar, on process 0
+    show = (
+        (progress if progress is not None else sys.stderr.isatty())
+        and not traced
+        and jax.process_index() == 0
+    )  # several processes: one bar, on process 0
     # enn.chain_keys, but laid out as global arrays when several processes share the mesh.
     chain_keys = functools.partial(_distributed.chain_keys, mesh=mesh, axis=axis)
     store = _checkpoint.open_run(
-        checkpoint_dir, checkpoint_every, resume, traced=traced, key=key, mesh=mesh, axis=axis,
-        sampler=sampler, adaptation=adaptation, logdensity=logdensity, positions=positions,
-        num_steps=num_steps, num_warmup=num_warmup, thin=thin,
-        track_bias=track_bias and reference is not None, block_size=block_size)
+        checkpoint_dir,
+        checkpoint_every,
+        resume,
+        traced=traced,
+        key=key,
+        mesh=mesh,
+        axis=axis,
+        sampler=sampler,
+        adaptation=adaptation,
+        logdensity=logdensity,
+        positions=positions,
+        num_steps=num_steps,
+        num_warmup=num_warmup,
+        thin=thin,
+        track_bias=track_bias and reference is not None,
+        block_size=block_size,
+    )
 
     def prepare() -> tuple[Any, _Carry, Any]:
         """Initialisation and adaptation; a resumed run loads their outcome instead."""
-        init = enn.ensemble_map(_init_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
-                                out_roles=PER_CHAIN, **common)
-        state = init(sampler, adaptation, logdensity, positions,
-                     chain_keys(k_init, num_chains))
-        if (not traced and jax.process_count() == 1
-                and not isinstance(state.logdensity, jax.core.Tracer)  # resume: shapes only
-                and not bool(jnp.isfinite(state.logdensity).any())):
+        init = enn.ensemble_map(
+            _init_chain,
+            in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+            out_roles=PER_CHAIN,
+            **common,
+        )
+        state = init(sampler, adaptation, logdensity, positions, chain_keys(k_init, num_chains))
+        if (
+            not traced
+            and jax.process_count() == 1
+            and not isinstance(state.logdensity, jax.core.Tracer)  # resume: shapes only
+            and not bool(jnp.isfinite(state.logdensity).any())
+        ):
             raise enn.EnsembleError(
                 "logdensity is not finite (NaN or -inf) at any initial position, so no chain "
                 "can move.\n  fix: check the log-density and start the chains inside its "
@@ -343,11 +397,15 @@ def run(
             )
         tuned, adaptation_info = sampler, None
         if adaptation is not None:
-            adapt = enn.ensemble_map(_adapt_chain,
-                                     in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
-                                     out_roles=(None, PER_CHAIN, None), **common)
-            tuned, state, adaptation_info = adapt(adaptation, sampler, logdensity, state,
-                                                  chain_keys(k_adapt, num_chains))
+            adapt = enn.ensemble_map(
+                _adapt_chain,
+                in_roles=(None, None, None, PER_CHAIN, PER_CHAIN),
+                out_roles=(None, PER_CHAIN, None),
+                **common,
+            )
+            tuned, state, adaptation_info = adapt(
+                adaptation, sampler, logdensity, state, chain_keys(k_adapt, num_chains)
+            )
 
         dim = int(np.shape(state.position)[-1])
         dtype = state.position.dtype
@@ -370,43 +428,67 @@ def run(
         first, trace, bias_history = saved.step, saved.trace_list(), saved.bias_list()
         sampler, carry, adaptation_info = saved.sampler, saved.carry, saved.adaptation_info
     chunk_fn = enn.ensemble_map(
-        _chunk, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
-        out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST), **common)
+        _chunk,
+        in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
+        out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST),
+        **common,
+    )
     thin_by = thin or 1
     total = num_warmup + num_steps
     capacity = chunk_size or max(1, math.ceil(total / 20))
     capacity = max(thin_by, capacity // thin_by * thin_by)
-    config = _Config(capacity, thin_by, num_steps // 2, num_warmup,
-                     track_bias and reference is not None, bool(thin))
+    config = _Config(
+        capacity,
+        thin_by,
+        num_steps // 2,
+        num_warmup,
+        track_bias and reference is not None,
+        bool(thin),
+    )
     bar = Progress(total, enabled=show)
 
     def save(step: int) -> None:
-        store.save(_checkpoint.Snapshot.of_run(
-            step, sampler, carry, adaptation_info, keys, trace if thin else None,
-            bias_history if config.track_bias else None), total)
+        store.save(
+            _checkpoint.Snapshot.of_run(
+                step,
+                sampler,
+                carry,
+                adaptation_info,
+                keys,
+                trace if thin else None,
+                bias_history if config.track_bias else None,
+            ),
+            total,
+        )
 
     if store is not None and saved is None and adaptation is not None:
         save(0)  # adaptation can be long: keep its outcome
     for start in range(first, total, capacity):
         length = min(capacity, total - start)
         tick = time.perf_counter()
-        carry, draws, (acc, bias) = chunk_fn(config, sampler, logdensity, carry, keys,
-                                             jnp.int32(start), jnp.int32(length), reference)
+        carry, draws, (acc, bias) = chunk_fn(
+            config, sampler, logdensity, carry, keys, jnp.int32(start), jnp.int32(length), reference
+        )
         sampled = [t for t in range(start, start + length) if t >= num_warmup]
         if thin:
             kept = sum(1 for t in sampled if (t - num_warmup + 1) % thin_by == 0)
             if kept:
                 trace.append(_on_mesh_of(draws, lambda d: d[:, :kept]))
         if bias is not None and sampled:
-            bias_history.append(_on_mesh_of(bias, lambda b: b[sampled[0] - start: length]))
-        bar.update(length, acc, time.perf_counter() - tick,
-                   "warmup" if start + length <= num_warmup else "sampling")
+            bias_history.append(_on_mesh_of(bias, lambda b: b[sampled[0] - start : length]))
+        bar.update(
+            length,
+            acc,
+            time.perf_counter() - tick,
+            "warmup" if start + length <= num_warmup else "sampling",
+        )
         if store is not None and store.due(start + length, total):
             save(start + length)
     bar.close()
 
-    diagnose = enn.ensemble_map(_diagnose, in_roles=(PER_CHAIN, BROADCAST, None),
-                                out_roles=BROADCAST, **common)
+    diagnose = enn.ensemble_map(
+        _diagnose, in_roles=(PER_CHAIN, BROADCAST, None), out_roles=BROADCAST, **common
+    )
     diagnostics = diagnose(carry.moments, reference, superchain_size)
     total_steps = num_warmup + num_steps
     return Result(
@@ -418,8 +500,11 @@ def run(
         num_divergent=carry.divergent,
         num_grads=carry.grads,
         trace=_on_mesh_of(trace[0], lambda _: jnp.concatenate(trace, axis=1)) if trace else None,
-        bias_history=(_on_mesh_of(bias_history[0], lambda _: jnp.concatenate(bias_history))
-                      if bias_history else None),
+        bias_history=(
+            _on_mesh_of(bias_history[0], lambda _: jnp.concatenate(bias_history))
+            if bias_history
+            else None
+        ),
         adaptation_info=adaptation_info,
         num_steps=num_steps,
         num_warmup=num_warmup,

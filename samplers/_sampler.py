@@ -117,7 +117,11 @@ class Sampler(eqx.Module):
     step_uses_ensemble: ClassVar[bool] = False
 
     positive_hyperparameters: ClassVar[tuple[str, ...]] = (
-        "step_size", "L", "num_integration_steps", "inverse_mass_matrix", "batch_size",
+        "step_size",
+        "L",
+        "num_integration_steps",
+        "inverse_mass_matrix",
+        "batch_size",
     )
 
     def __check_init__(self) -> None:
@@ -142,13 +146,13 @@ class Sampler(eqx.Module):
                 )
 
     @abc.abstractmethod
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> State:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> State:
         """The initial state of one chain at `position`."""
 
     @abc.abstractmethod
-    def step(self, logdensity: Logdensity, state: State,
-             key: PRNGKeyArray) -> tuple[State, Info]:
+    def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
         """One transition of one chain."""
 
     @property
@@ -157,8 +161,9 @@ class Sampler(eqx.Module):
         return 1
 
 
-def step_chain(sampler: Sampler, logdensity: Logdensity, state: State,
-               key: PRNGKeyArray) -> tuple[State, Info]:
+def step_chain(
+    sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray
+) -> tuple[State, Info]:
     """`sampler.step` as the driver runs it: in `enn.batch_invariant` blocks when the
     enclosing `ensemble_map` has a `block_size` (so results do not depend on the device
     count), unless the kernel's step needs the ensemble.
@@ -179,8 +184,9 @@ def step_chain(sampler: Sampler, logdensity: Logdensity, state: State,
     return _blocked(sampler, "step", logdensity, state, key)
 
 
-def init_chain(sampler: Sampler, logdensity: Logdensity, position: Array,
-               key: PRNGKeyArray) -> State:
+def init_chain(
+    sampler: Sampler, logdensity: Logdensity, position: Array, key: PRNGKeyArray
+) -> State:
     """`sampler.init` as the driver runs it (see `step_chain`)."""
     if sampler.step_uses_ensemble:
         return sampler.init(logdensity, position, key)
@@ -201,12 +207,16 @@ def _blocked(sampler: Sampler, method: str, *args: Any) -> Any:
             "depend on the device count), where a collective would see one block.\n  fix: "
             f"declare `step_uses_ensemble = True` in the body of class {name} (its init and "
             "step then run over the whole ensemble, unblocked), or pass block_size=None to "
-            "samplers.run.") from None
+            "samplers.run."
+        ) from None
 
 
-def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0.0,
-                    step_size: Array | float = 0.0,
-                    is_divergent: Array | bool = False) -> Info:
+def unadjusted_info(
+    num_grads: int | Array = 1,
+    energy_change: Array | float = 0.0,
+    step_size: Array | float = 0.0,
+    is_divergent: Array | bool = False,
+) -> Info:
     """`Info` for a kernel with no Metropolis step (acceptance 1).
 
     Example:
@@ -224,8 +234,9 @@ def unadjusted_info(num_grads: int | Array = 1, energy_change: Array | float = 0
     )
 
 
-def metropolis(key: PRNGKeyArray, log_ratio: Float[Array, ""]) -> tuple[Bool[Array, ""],
-                                                                         Float[Array, ""]]:
+def metropolis(
+    key: PRNGKeyArray, log_ratio: Float[Array, ""]
+) -> tuple[Bool[Array, ""], Float[Array, ""]]:
     """Accept with probability `min(1, exp(log_ratio))`; NaN counts as reject.
 
     Returns `(accept, acceptance_probability)`.

@@ -81,19 +81,23 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     az = _import_arviz()
     from . import distributed
 
-    host = distributed.gather({
-        "trace": result.trace,
-        "acceptance": result.acceptance_rate,
-        "divergent": result.num_divergent,
-        "grads": result.num_grads,
-        "lp": getattr(result.state, "logdensity", None),
-    })
+    host = distributed.gather(
+        {
+            "trace": result.trace,
+            "acceptance": result.acceptance_rate,
+            "divergent": result.num_divergent,
+            "grads": result.num_grads,
+            "lp": getattr(result.state, "logdensity", None),
+        }
+    )
     trace = host["trace"]
     num_chains, num_draws = trace.shape[:2]
-    size = superchain_size if superchain_size is not None else getattr(
-        result, "superchain_size", None)
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1
-                             or num_chains % size):
+    size = (
+        superchain_size if superchain_size is not None else getattr(result, "superchain_size", None)
+    )
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, int) or size < 1 or num_chains % size
+    ):
         raise enn.EnsembleError(
             f"superchain_size must be a positive int dividing the {num_chains} chains, got "
             f"{size!r}."
@@ -108,8 +112,7 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     if size is not None:
         attrs["superchain_size"] = int(size)
     coords = {"chain": np.arange(num_chains), "draw": np.arange(num_draws)}
-    posterior = az.dict_to_dataset({var_name: trace}, coords=coords, attrs=attrs,
-                                   library=None)
+    posterior = az.dict_to_dataset({var_name: trace}, coords=coords, attrs=attrs, library=None)
     if size is not None:
         posterior = posterior.assign_coords(superchain=("chain", np.arange(num_chains) // size))
     stats = {
@@ -123,9 +126,11 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
 
     sample_stats = xr.Dataset(
         {name: (("chain",), np.asarray(value)) for name, value in stats.items()},
-        coords={"chain": coords["chain"]}, attrs=dict(posterior.attrs),
+        coords={"chain": coords["chain"]},
+        attrs=dict(posterior.attrs),
     )
     if size is not None:
         sample_stats = sample_stats.assign_coords(
-            superchain=("chain", np.arange(num_chains) // size))
+            superchain=("chain", np.arange(num_chains) // size)
+        )
     return az.InferenceData(posterior=posterior, sample_stats=sample_stats)

@@ -144,17 +144,31 @@ class Snapshot(NamedTuple):
     bias_history: Any
 
     @classmethod
-    def of_run(cls, step: int, sampler: Any, carry: Any, adaptation_info: Any,
-               keys: PRNGKeyArray, trace: list | None, bias_history: list | None) -> "Snapshot":
+    def of_run(
+        cls,
+        step: int,
+        sampler: Any,
+        carry: Any,
+        adaptation_info: Any,
+        keys: PRNGKeyArray,
+        trace: list | None,
+        bias_history: list | None,
+    ) -> "Snapshot":
         """A snapshot from the driver's running values; `trace` and `bias_history` are the
         lists of per-chunk pieces it accumulates (None when it keeps none)."""
         position = carry.state.position
         if trace is not None:
-            trace = (jnp.concatenate(trace, axis=1) if trace
-                     else jnp.zeros((position.shape[0], 0, position.shape[1]), position.dtype))
+            trace = (
+                jnp.concatenate(trace, axis=1)
+                if trace
+                else jnp.zeros((position.shape[0], 0, position.shape[1]), position.dtype)
+            )
         if bias_history is not None:
-            bias_history = (jnp.concatenate(bias_history, axis=0) if bias_history
-                            else jnp.zeros((0, 2), jnp.float32))
+            bias_history = (
+                jnp.concatenate(bias_history, axis=0)
+                if bias_history
+                else jnp.zeros((0, 2), jnp.float32)
+            )
         return cls(step, sampler, carry, adaptation_info, keys, trace, bias_history)
 
     def trace_list(self) -> list:
@@ -163,8 +177,11 @@ class Snapshot(NamedTuple):
 
     def bias_list(self) -> list:
         """The saved b² history as the driver's list of pieces."""
-        return ([] if self.bias_history is None or self.bias_history.shape[0] == 0
-                else [self.bias_history])
+        return (
+            []
+            if self.bias_history is None or self.bias_history.shape[0] == 0
+            else [self.bias_history]
+        )
 
 
 # --- the run's fingerprint ------------------------------------------------------------------
@@ -228,9 +245,19 @@ def _name(x: Any) -> str | None:
     return kind.__qualname__
 
 
-def fingerprint(*, sampler: Any, adaptation: Any, logdensity: Any, positions: Any,
-                key: PRNGKeyArray, num_steps: int, num_warmup: int, thin: int | None,
-                track_bias: bool, block_size: int | str | None = "auto") -> dict[str, Any]:
+def fingerprint(
+    *,
+    sampler: Any,
+    adaptation: Any,
+    logdensity: Any,
+    positions: Any,
+    key: PRNGKeyArray,
+    num_steps: int,
+    num_warmup: int,
+    thin: int | None,
+    track_bias: bool,
+    block_size: int | str | None = "auto",
+) -> dict[str, Any]:
     """A JSON-able description of a run's configuration; a checkpoint only resumes a run
     whose fingerprint is identical. `block_size` is part of it: another block size gives
     another run in the last bits, so resuming with it would break the bitwise promise.
@@ -428,9 +455,9 @@ def _parse(blob: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
     start = len(_MAGIC) + 8
     if not blob.startswith(_MAGIC) or len(blob) < start:
         raise CheckpointError(f"{path} is not a samplers checkpoint (or it is truncated).")
-    (length,) = struct.unpack("<Q", blob[len(_MAGIC):start])
+    (length,) = struct.unpack("<Q", blob[len(_MAGIC) : start])
     try:
-        header = json.loads(blob[start:start + length].decode())
+        header = json.loads(blob[start : start + length].decode())
     except ValueError:
         raise CheckpointError(f"Checkpoint {path} has a corrupt header.") from None
     if header.get("format") != _FORMAT:
@@ -438,9 +465,11 @@ def _parse(blob: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
             f"Checkpoint {path} has format {header.get('format')!r}; this version of "
             f"samplers reads format {_FORMAT}.\n  fix: start afresh in a new checkpoint_dir."
         )
-    payload = blob[start + length:]
-    if (len(payload) != header["payload_bytes"]
-            or hashlib.sha256(payload).hexdigest() != header["payload_sha256"]):
+    payload = blob[start + length :]
+    if (
+        len(payload) != header["payload_bytes"]
+        or hashlib.sha256(payload).hexdigest() != header["payload_sha256"]
+    ):
         raise CheckpointError(
             f"Checkpoint {path} is corrupt: its payload does not match the digest in its "
             "header (was the file truncated or modified?).\n  fix: restore it from a "
@@ -476,8 +505,10 @@ def _check_fingerprint(saved: dict[str, Any], current: dict[str, Any], path: Pat
     if not differ:
         return
     readable = [k for k in differ if not k.endswith(("_config", "positions")) and k != "key"]
-    lines = [f"  {k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} in this run"
-             for k in readable]
+    lines = [
+        f"  {k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} in this run"
+        for k in readable
+    ]
     hidden = {
         "sampler_config": "the sampler's hyperparameters",
         "adaptation_config": "the adaptation's settings",
@@ -524,9 +555,17 @@ class Checkpointer:
         (10, False)
     """
 
-    def __init__(self, directory: str | os.PathLike, *, every: int | None, resume: bool,
-                 fingerprint: dict[str, Any], key_impl: Any = None, mesh: Any = None,
-                 axis: str = "chains"):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        every: int | None,
+        resume: bool,
+        fingerprint: dict[str, Any],
+        key_impl: Any = None,
+        mesh: Any = None,
+        axis: str = "chains",
+    ):
         self.path = Path(directory) / FILENAME
         self.mesh = mesh
         self.axis = axis
@@ -536,8 +575,9 @@ class Checkpointer:
         self.key_impl = key_impl
         self.last_step: int | None = None
 
-    def restore(self, prepare: Callable[[], tuple[Any, Any, Any]],
-                keys: PRNGKeyArray) -> Snapshot | None:
+    def restore(
+        self, prepare: Callable[[], tuple[Any, Any, Any]], keys: PRNGKeyArray
+    ) -> Snapshot | None:
         """The saved snapshot, or None if there is none yet (a fresh start).
 
         `prepare` is the run's initialisation + adaptation, returning `(sampler, carry,
@@ -567,10 +607,12 @@ class Checkpointer:
             "carry": carry,
             "adaptation_info": info,
             "keys": keys,
-            "trace": None if header["num_draws"] is None else jax.ShapeDtypeStruct(
-                (num_chains, header["num_draws"], dim), position.dtype),
-            "bias_history": None if header["num_bias"] is None else jax.ShapeDtypeStruct(
-                (header["num_bias"], 2), jnp.float32),
+            "trace": None
+            if header["num_draws"] is None
+            else jax.ShapeDtypeStruct((num_chains, header["num_draws"], dim), position.dtype),
+            "bias_history": None
+            if header["num_bias"] is None
+            else jax.ShapeDtypeStruct((header["num_bias"], 2), jnp.float32),
         }
         like = _host_like(template)
         shapes = [[list(x.shape), str(x.dtype)] for x in jax.tree.leaves(like)]
@@ -580,8 +622,9 @@ class Checkpointer:
                 f"match the {len(shapes)} this run has (another version of the sampler or "
                 "driver wrote it).\n  fix: start afresh in a new checkpoint_dir."
             )
-        host = eqx.tree_deserialise_leaves(io.BytesIO(payload), like,
-                                           filter_spec=_load_leaf_into(self.path))
+        host = eqx.tree_deserialise_leaves(
+            io.BytesIO(payload), like, filter_spec=_load_leaf_into(self.path)
+        )
         # The keys are re-derived from the run's key (and placed for this mesh); the saved
         # ones only confirm that the derivation has not changed since the save.
         if not np.array_equal(host["keys"], _to_host(keys)):
@@ -598,13 +641,21 @@ class Checkpointer:
         sharding = NamedSharding(distributed._resolve_mesh(self.mesh, self.axis), P(self.axis))
         for name in ("carry", "trace"):
             values[name] = jax.tree.map(
-                lambda x: distributed.place(x, sharding)
-                if isinstance(x, jax.Array) and x.ndim else x, values[name])
+                lambda x: (
+                    distributed.place(x, sharding) if isinstance(x, jax.Array) and x.ndim else x
+                ),
+                values[name],
+            )
         self.last_step = int(header["step"])
-        return Snapshot(step=int(header["step"]), sampler=values["sampler"],
-                        carry=values["carry"], adaptation_info=values["adaptation_info"],
-                        keys=keys, trace=values["trace"],
-                        bias_history=values["bias_history"])
+        return Snapshot(
+            step=int(header["step"]),
+            sampler=values["sampler"],
+            carry=values["carry"],
+            adaptation_info=values["adaptation_info"],
+            keys=keys,
+            trace=values["trace"],
+            bias_history=values["bias_history"],
+        )
 
     def due(self, step: int, total: int) -> bool:
         """Whether a chunk ending at `step` should be followed by a save."""
@@ -632,10 +683,12 @@ class Checkpointer:
                     "format": _FORMAT,
                     "step": int(snapshot.step),
                     "total_steps": int(total),
-                    "num_draws": (None if snapshot.trace is None
-                                  else int(snapshot.trace.shape[1])),
-                    "num_bias": (None if snapshot.bias_history is None
-                                 else int(snapshot.bias_history.shape[0])),
+                    "num_draws": (None if snapshot.trace is None else int(snapshot.trace.shape[1])),
+                    "num_bias": (
+                        None
+                        if snapshot.bias_history is None
+                        else int(snapshot.bias_history.shape[0])
+                    ),
                     "fingerprint": self.fingerprint,
                     "leaves": [[list(x.shape), str(x.dtype)] for x in jax.tree.leaves(host)],
                     "payload_bytes": len(payload),
@@ -659,9 +712,17 @@ class Checkpointer:
         self.last_step = int(snapshot.step)
 
 
-def open_run(checkpoint_dir: str | os.PathLike | None, checkpoint_every: int | None,
-             resume: bool, *, traced: bool, key: PRNGKeyArray, mesh: Any = None,
-             axis: str = "chains", **config: Any) -> Checkpointer | None:
+def open_run(
+    checkpoint_dir: str | os.PathLike | None,
+    checkpoint_every: int | None,
+    resume: bool,
+    *,
+    traced: bool,
+    key: PRNGKeyArray,
+    mesh: Any = None,
+    axis: str = "chains",
+    **config: Any,
+) -> Checkpointer | None:
     """The `Checkpointer` of a `samplers.run` call (None without `checkpoint_dir`), after
     checking the checkpoint arguments; `config` goes to `fingerprint`."""
     if checkpoint_dir is None:
@@ -673,11 +734,16 @@ def open_run(checkpoint_dir: str | os.PathLike | None, checkpoint_every: int | N
         return None
     if not isinstance(checkpoint_dir, str | os.PathLike):
         raise CheckpointError(
-            f"checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}.")
-    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(
-            checkpoint_every, int | np.integer) or checkpoint_every < 1):
+            f"checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}."
+        )
+    if checkpoint_every is not None and (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, int | np.integer)
+        or checkpoint_every < 1
+    ):
         raise CheckpointError(
-            f"checkpoint_every must be None or an int >= 1, got {checkpoint_every!r}.")
+            f"checkpoint_every must be None or an int >= 1, got {checkpoint_every!r}."
+        )
     if not isinstance(resume, bool):
         raise CheckpointError(f"resume must be True or False, got {resume!r}.")
     if traced:
@@ -686,9 +752,17 @@ def open_run(checkpoint_dir: str | os.PathLike | None, checkpoint_every: int | N
             "saving needs concrete arrays.\n  fix: call samplers.run outside jax.jit "
             "when passing checkpoint_dir."
         )
-    key_impl = jax.random.key_impl(key) if _is_key(jnp.asarray(key) if not isinstance(
-        key, jax.Array) else key) else None
-    return Checkpointer(checkpoint_dir, every=None if checkpoint_every is None
-                        else int(checkpoint_every), resume=resume,
-                        fingerprint=fingerprint(key=key, **config), key_impl=key_impl,
-                        mesh=mesh, axis=axis)
+    key_impl = (
+        jax.random.key_impl(key)
+        if _is_key(jnp.asarray(key) if not isinstance(key, jax.Array) else key)
+        else None
+    )
+    return Checkpointer(
+        checkpoint_dir,
+        every=None if checkpoint_every is None else int(checkpoint_every),
+        resume=resume,
+        fingerprint=fingerprint(key=key, **config),
+        key_impl=key_impl,
+        mesh=mesh,
+        axis=axis,
+    )

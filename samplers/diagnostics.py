@@ -77,8 +77,9 @@ def _float(x: ArrayLike) -> Array:
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
 
 
-def _columns(draws: Draws, name: str, min_draws: int,
-             gather: bool = True) -> tuple[Array, tuple[int, ...]]:
+def _columns(
+    draws: Draws, name: str, min_draws: int, gather: bool = True
+) -> tuple[Array, tuple[int, ...]]:
     """Draws as `(num_chains, num_draws, K)` with the event flattened, and the event shape.
 
     `gather=True` replicates the draws first, which rank normalization needs (it sorts
@@ -97,7 +98,8 @@ def _columns(draws: Draws, name: str, min_draws: int,
             f"({num_draws} draws)."
         )
     columns = (_replicated(draws) if gather else draws).reshape(
-        num_chains, num_draws, math.prod(event))
+        num_chains, num_draws, math.prod(event)
+    )
     return columns, tuple(event)
 
 
@@ -385,8 +387,9 @@ def nested_rhat_from_moments(
         (3,)
     """
     mean, var = _float(mean), _float(var)
-    return _nested_rhat_from_stats(mean, _defined(var, n), superchain_size,
-                               "nested_rhat_from_moments")
+    return _nested_rhat_from_stats(
+        mean, _defined(var, n), superchain_size, "nested_rhat_from_moments"
+    )
 
 
 @jax.jit

@@ -87,11 +87,18 @@ def _pin_gloo_to(host: str) -> bool:
         return False
 
 
-def initialize(num_processes: int, process_id: int, port: int, *,
-               coordinator: str = LOOPBACK, bind_address: str | None = None,
-               local_device_count: int | None = None,
-               local_device_ids: list[int] | None = None,
-               collectives: str = "gloo", timeout: int = 120) -> None:
+def initialize(
+    num_processes: int,
+    process_id: int,
+    port: int,
+    *,
+    coordinator: str = LOOPBACK,
+    bind_address: str | None = None,
+    local_device_count: int | None = None,
+    local_device_ids: list[int] | None = None,
+    collectives: str = "gloo",
+    timeout: int = 120,
+) -> None:
     """Join this process to a multi-process JAX runtime (call it before any JAX work).
 
     A thin wrapper of `jax.distributed.initialize` with safe defaults: the coordinator (run
@@ -124,13 +131,17 @@ def initialize(num_processes: int, process_id: int, port: int, *,
         ...     print(err)
         process_id must be below num_processes=2, got 2.
     """
-    for name, value, low in (("num_processes", num_processes, 1), ("process_id", process_id, 0),
-                             ("port", port, 1)):
+    for name, value, low in (
+        ("num_processes", num_processes, 1),
+        ("process_id", process_id, 0),
+        ("port", port, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise enn.EnsembleError(f"{name} must be an int >= {low}, got {value!r}.")
     if process_id >= num_processes:
         raise enn.EnsembleError(
-            f"process_id must be below num_processes={num_processes}, got {process_id}.")
+            f"process_id must be below num_processes={num_processes}, got {process_id}."
+        )
     if collectives not in ("gloo", "mpi"):
         raise enn.EnsembleError(f"collectives must be 'gloo' or 'mpi', got {collectives!r}.")
     if _backends_started():
@@ -189,8 +200,9 @@ def gather(tree: Any) -> Any:
         [0.0, 1.0, 2.0, 3.0]
     """
     leaves, treedef = jax.tree.flatten(tree)
-    remote = [i for i, x in enumerate(leaves)
-              if isinstance(x, jax.Array) and not x.is_fully_addressable]
+    remote = [
+        i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.is_fully_addressable
+    ]
     if remote:
         from jax.experimental import multihost_utils
 
@@ -229,8 +241,9 @@ def global_array(local: Any, mesh: Any = None, axis: str = "chains") -> Array:
     return jax.make_array_from_process_local_data(sharding, np.asarray(local))
 
 
-def chain_keys(key: PRNGKeyArray, num_chains: int, *, mesh: Any = None,
-               axis: str = "chains") -> PRNGKeyArray:
+def chain_keys(
+    key: PRNGKeyArray, num_chains: int, *, mesh: Any = None, axis: str = "chains"
+) -> PRNGKeyArray:
     """`enn.chain_keys`, as a global array when several processes share the mesh.
 
     With one process it is exactly `enn.chain_keys`. With several, the keys are laid out

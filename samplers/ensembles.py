@@ -119,11 +119,11 @@ def _set_hyperparams(opt_state: optax.OptState, values: dict[str, Any]) -> optax
             `optax.inject_hyperparams` state (a scheduled one would be overwritten at the
             next update, so setting it is refused rather than silently lost).
     """
-    holders = [s for s in jax.tree.leaves(opt_state, is_leaf=_is_inject_state)
-               if _is_inject_state(s)]
+    holders = [
+        s for s in jax.tree.leaves(opt_state, is_leaf=_is_inject_state) if _is_inject_state(s)
+    ]
     for name in values:
-        if not any(name in s.hyperparams and name not in s.hyperparams_states
-                   for s in holders):
+        if not any(name in s.hyperparams and name not in s.hyperparams_states for s in holders):
             found = sorted({k for s in holders for k in s.hyperparams})
             raise enn.EnsembleError(
                 f"hyperparams[{name!r}]: the optimizer state has no numeric hyperparameter "
@@ -144,14 +144,18 @@ def _set_hyperparams(opt_state: optax.OptState, values: dict[str, Any]) -> optax
     return jax.tree.map(replace, opt_state, is_leaf=_is_inject_state)
 
 
-def _init_member(make_model: Callable[[PRNGKeyArray], PyTree],
-                 optimizer: optax.GradientTransformation, key: PRNGKeyArray,
-                 hyperparams: dict[str, Any]) -> DeepEnsemble:
+def _init_member(
+    make_model: Callable[[PRNGKeyArray], PyTree],
+    optimizer: optax.GradientTransformation,
+    key: PRNGKeyArray,
+    hyperparams: dict[str, Any],
+) -> DeepEnsemble:
     model = make_model(key)
     opt_state = optimizer.init(_params(model))
     if hyperparams:
-        values = {k: v.value if isinstance(v, enn.PerChainValue) else v
-                  for k, v in hyperparams.items()}
+        values = {
+            k: v.value if isinstance(v, enn.PerChainValue) else v for k, v in hyperparams.items()
+        }
         opt_state = _set_hyperparams(opt_state, values)
     return DeepEnsemble(model, opt_state)
 
@@ -207,8 +211,9 @@ def init_ensemble(
     if isinstance(num_members, bool) or not isinstance(num_members, (int, np.integer)):
         raise enn.EnsembleError(f"num_members must be an int, got {num_members!r}.")
     keys = enn.chain_keys(key, int(num_members))
-    init = enn.ensemble_map(_init_member, in_roles=(None, None, PER_CHAIN, None),
-                            mesh=mesh, axis=axis)
+    init = enn.ensemble_map(
+        _init_member, in_roles=(None, None, PER_CHAIN, None), mesh=mesh, axis=axis
+    )
     return init(make_model, optimizer, keys, dict(hyperparams or {}))
 
 
@@ -260,9 +265,16 @@ def _num_data(data: PyTree) -> int:
     return int(next(iter(sizes)))
 
 
-def _fit_member(member: DeepEnsemble, data: PyTree, key: PRNGKeyArray | None,
-                optimizer: optax.GradientTransformation, loss_fn: LossFn, num_steps: int,
-                batch_size: int | None, num_data: int) -> tuple[DeepEnsemble, Array]:
+def _fit_member(
+    member: DeepEnsemble,
+    data: PyTree,
+    key: PRNGKeyArray | None,
+    optimizer: optax.GradientTransformation,
+    loss_fn: LossFn,
+    num_steps: int,
+    batch_size: int | None,
+    num_data: int,
+) -> tuple[DeepEnsemble, Array]:
     # The scan carry must be arrays only; activation functions etc. ride along statically.
     arrays, static = eqx.partition(member, eqx.is_array)
 
@@ -272,8 +284,9 @@ def _fit_member(member: DeepEnsemble, data: PyTree, key: PRNGKeyArray | None,
         if batch_size is not None:
             # Each member draws its own batches (from its own key): a different data order
             # per member is part of what makes the members differ.
-            idx = jax.random.choice(jax.random.fold_in(key, t), num_data, (batch_size,),
-                                    replace=False)
+            idx = jax.random.choice(
+                jax.random.fold_in(key, t), num_data, (batch_size,), replace=False
+            )
             batch = jax.tree.map(lambda a: a[idx], data)
         # In blocks of members (the ensemble_map's block_size): the same bits on any
         # number of devices.
@@ -337,8 +350,7 @@ def fit(
         raise enn.EnsembleError(
             f"fit expects a DeepEnsemble (from init_ensemble), got {type(ensemble).__name__}."
         )
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) \
-            or num_steps < 1:
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise enn.EnsembleError(f"num_steps must be an int >= 1, got {num_steps!r}.")
     num_data = _num_data(data)
     keys = None
@@ -354,7 +366,9 @@ def fit(
     step = enn.ensemble_map(
         _fit_member,
         in_roles=(None, BROADCAST, PER_CHAIN, None, None, None, None, None),
-        mesh=mesh, axis=axis, block_size=block_size,
+        mesh=mesh,
+        axis=axis,
+        block_size=block_size,
     )
     return step(ensemble, data, keys, optimizer, loss_fn, int(num_steps), batch_size, num_data)
 
@@ -407,9 +421,14 @@ class MinibatchPosterior(eqx.Module):
     dtypes: tuple[np.dtype, ...] = eqx.field(static=True)
     num_data: int = eqx.field(static=True)
 
-    def __init__(self, model: PyTree, data: PyTree,
-                 log_likelihood: Callable[[PyTree, PyTree], Array], *,
-                 prior_scale: float | ArrayLike = 1.0):
+    def __init__(
+        self,
+        model: PyTree,
+        data: PyTree,
+        log_likelihood: Callable[[PyTree, PyTree], Array],
+        *,
+        prior_scale: float | ArrayLike = 1.0,
+    ):
         params, self.skeleton = eqx.partition(model, eqx.is_inexact_array)
         leaves, self.treedef = jax.tree.flatten(params)
         self.shapes = tuple(tuple(np.shape(leaf)) for leaf in leaves)
@@ -444,8 +463,10 @@ class MinibatchPosterior(eqx.Module):
         """The model whose parameters are `position` (ONE position)."""
         sizes = [math.prod(shape) for shape in self.shapes]
         pieces = jnp.split(position, np.cumsum(sizes)[:-1].tolist())
-        leaves = [p.reshape(shape).astype(dtype)
-                  for p, shape, dtype in zip(pieces, self.shapes, self.dtypes)]
+        leaves = [
+            p.reshape(shape).astype(dtype)
+            for p, shape, dtype in zip(pieces, self.shapes, self.dtypes)
+        ]
         return eqx.combine(jax.tree.unflatten(self.treedef, leaves), self.skeleton)
 
     def log_prior(self, position: Float[Array, " dim"]) -> Float[Array, ""]:
@@ -456,8 +477,9 @@ class MinibatchPosterior(eqx.Module):
         """A flat position drawn from the prior (a natural chain start)."""
         return self.prior_scale * jax.random.normal(key, (self.dim,), self.dtype)
 
-    def __call__(self, position: Float[Array, " dim"],
-                 batch_indices: Int[ArrayLike, " batch"]) -> Float[Array, ""]:
+    def __call__(
+        self, position: Float[Array, " dim"], batch_indices: Int[ArrayLike, " batch"]
+    ) -> Float[Array, ""]:
         """Unbiased minibatch estimate of the log posterior at `position`."""
         batch_indices = jnp.asarray(batch_indices)
         batch = jax.tree.map(lambda a: jnp.asarray(a)[batch_indices], self.data)
@@ -514,8 +536,9 @@ class PosteriorDraws(eqx.Module):
                 f"positions must have shape (num_chains, num_draws, {posterior.dim}) or "
                 f"(num_chains, {posterior.dim}), got {np.shape(positions)}."
             )
-        unflatten = enn.ensemble_map(_unflatten_chain, in_roles=(None, PER_CHAIN),
-                                     mesh=mesh, axis=axis)
+        unflatten = enn.ensemble_map(
+            _unflatten_chain, in_roles=(None, PER_CHAIN), mesh=mesh, axis=axis
+        )
         return unflatten(posterior, positions)
 
     @property
@@ -590,10 +613,20 @@ def sample_posterior(
     if isinstance(start, DeepEnsemble):
         start = start.model
     if not (eqx.is_array_like(start) and np.ndim(start) == 2):
-        start = enn.ensemble_map(_flatten_member, in_roles=(None, PER_CHAIN),
-                                 **common)(posterior, start)
-    result = run(sampler, posterior, start, key=key, num_steps=num_steps,
-                 num_warmup=num_warmup, thin=thin, **common, **run_kwargs)
+        start = enn.ensemble_map(_flatten_member, in_roles=(None, PER_CHAIN), **common)(
+            posterior, start
+        )
+    result = run(
+        sampler,
+        posterior,
+        start,
+        key=key,
+        num_steps=num_steps,
+        num_warmup=num_warmup,
+        thin=thin,
+        **common,
+        **run_kwargs,
+    )
     return PosteriorDraws.from_positions(posterior, result.trace, **common), result
 
 
@@ -643,6 +676,11 @@ def predict(
     has_draws = isinstance(models, PosteriorDraws)
     if isinstance(models, (DeepEnsemble, PosteriorDraws)):
         models = models.model
-    mapped = enn.ensemble_map(_predict_member, in_roles=(PER_CHAIN, BROADCAST, None, None),
-                              out_roles=BROADCAST, mesh=mesh, axis=axis)
+    mapped = enn.ensemble_map(
+        _predict_member,
+        in_roles=(PER_CHAIN, BROADCAST, None, None),
+        out_roles=BROADCAST,
+        mesh=mesh,
+        axis=axis,
+    )
     return mapped(models, x, apply or _apply_per_example, has_draws)

@@ -52,8 +52,9 @@ def value_and_grad(logdensity: Callable[[Array], Float[Array, ""]]) -> Logdensit
     return fn
 
 
-def velocity(momentum: Float[Array, " dim"],
-             inverse_mass_matrix: InverseMassMatrix) -> Float[Array, " dim"]:
+def velocity(
+    momentum: Float[Array, " dim"], inverse_mass_matrix: InverseMassMatrix
+) -> Float[Array, " dim"]:
     """`M^{-1} p`, the time derivative of the position.
 
     Example:
@@ -71,8 +72,9 @@ def velocity(momentum: Float[Array, " dim"],
     return inverse_mass_matrix * momentum  # scalar or diagonal
 
 
-def kinetic_energy(momentum: Float[Array, " dim"],
-                   inverse_mass_matrix: InverseMassMatrix) -> Float[Array, ""]:
+def kinetic_energy(
+    momentum: Float[Array, " dim"], inverse_mass_matrix: InverseMassMatrix
+) -> Float[Array, ""]:
     """`p @ M^{-1} @ p / 2`.
 
     Example:
@@ -84,8 +86,9 @@ def kinetic_energy(momentum: Float[Array, " dim"],
     return 0.5 * jnp.vdot(momentum, velocity(momentum, inverse_mass_matrix))
 
 
-def sample_momentum(key: PRNGKeyArray, position: Float[Array, " dim"],
-                    inverse_mass_matrix: InverseMassMatrix) -> Float[Array, " dim"]:
+def sample_momentum(
+    key: PRNGKeyArray, position: Float[Array, " dim"], inverse_mass_matrix: InverseMassMatrix
+) -> Float[Array, " dim"]:
     """A draw of `p ~ N(0, M)`, shaped and typed like `position`.
 
     For a dense matrix, with `L` the lower Cholesky factor of `M^{-1} = L L^T`, the draw is
@@ -144,8 +147,11 @@ def leapfrog(
         ([0.5], [0.875], -0.125, [-0.5])
     """
     step_size = jnp.asarray(step_size, jnp.result_type(position))
-    logp0 = jnp.full((), jnp.nan, jnp.result_type(position)) if logdensity is None else (
-        jnp.asarray(logdensity))
+    logp0 = (
+        jnp.full((), jnp.nan, jnp.result_type(position))
+        if logdensity is None
+        else (jnp.asarray(logdensity))
+    )
 
     def one_step(_: Int[Array, ""], carry: tuple) -> tuple:
         x, p, _logp, g = carry

@@ -87,9 +87,12 @@ def _sqrt_imm(inverse_mass_matrix: Array) -> Array:
     return jnp.sqrt(jnp.asarray(inverse_mass_matrix))
 
 
-def isokinetic_position_update(position: Float[Array, " dim"], velocity: Float[Array, " dim"],
-                               step_size: Float[Array, ""] | float,
-                               inverse_mass_matrix: Array | float = 1.0) -> Float[Array, " dim"]:
+def isokinetic_position_update(
+    position: Float[Array, " dim"],
+    velocity: Float[Array, " dim"],
+    step_size: Float[Array, ""] | float,
+    inverse_mass_matrix: Array | float = 1.0,
+) -> Float[Array, " dim"]:
     """Exact position flow for time `step_size`: `x + step_size * sqrt(m) * u`.
 
     Example:
@@ -102,10 +105,12 @@ def isokinetic_position_update(position: Float[Array, " dim"], velocity: Float[A
     return position + step_size * (_sqrt_imm(inverse_mass_matrix) * velocity)
 
 
-def isokinetic_velocity_update(velocity: Float[Array, " dim"], grad: Float[Array, " dim"],
-                               step_size: Float[Array, ""] | float,
-                               inverse_mass_matrix: Array | float = 1.0
-                               ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+def isokinetic_velocity_update(
+    velocity: Float[Array, " dim"],
+    grad: Float[Array, " dim"],
+    step_size: Float[Array, ""] | float,
+    inverse_mass_matrix: Array | float = 1.0,
+) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
     """Exact isokinetic velocity flow for time `step_size` under a fixed gradient.
 
     Args:
@@ -145,8 +150,9 @@ def isokinetic_velocity_update(velocity: Float[Array, " dim"], grad: Float[Array
     return new_velocity, kinetic_change
 
 
-def random_unit_vector(key: PRNGKeyArray, dim: int,
-                       dtype: jnp.dtype = jnp.float32) -> Float[Array, " dim"]:
+def random_unit_vector(
+    key: PRNGKeyArray, dim: int, dtype: jnp.dtype = jnp.float32
+) -> Float[Array, " dim"]:
     """A uniformly distributed direction on the unit sphere in `dim` dimensions.
 
     Example:
@@ -158,9 +164,12 @@ def random_unit_vector(key: PRNGKeyArray, dim: int,
     return z / jnp.linalg.norm(z)
 
 
-def partially_refresh_velocity(velocity: Float[Array, " dim"], key: PRNGKeyArray,
-                               step_size: Float[Array, ""] | float,
-                               L: Float[Array, ""] | float) -> Float[Array, " dim"]:
+def partially_refresh_velocity(
+    velocity: Float[Array, " dim"],
+    key: PRNGKeyArray,
+    step_size: Float[Array, ""] | float,
+    L: Float[Array, ""] | float,
+) -> Float[Array, " dim"]:
     """Partial velocity refresh with decoherence length `L` (the Langevin noise of MCLMC).
 
     `u <- normalise(c u + sqrt(1 - c^2) z / sqrt(d))` with `c = exp(-step_size / L)` and
@@ -224,10 +233,13 @@ class IsokineticIntegrator(eqx.Module):
         """New gradient evaluations per step: one per A stage (the first B is cached)."""
         return sum(1 for kind, _ in self.stages if kind == "A")
 
-    def __call__(self, logdensity: Logdensity, state: IntegratorState,
-                 step_size: Float[Array, ""] | float,
-                 inverse_mass_matrix: Array | float = 1.0
-                 ) -> tuple[IntegratorState, Float[Array, ""]]:
+    def __call__(
+        self,
+        logdensity: Logdensity,
+        state: IntegratorState,
+        step_size: Float[Array, ""] | float,
+        inverse_mass_matrix: Array | float = 1.0,
+    ) -> tuple[IntegratorState, Float[Array, ""]]:
         """One integration step of length `step_size`.
 
         Returns:
@@ -239,8 +251,7 @@ class IsokineticIntegrator(eqx.Module):
         value_and_grad = jax.value_and_grad(logdensity)
         for kind, coef in self.stages:
             if kind == "B":
-                u, dk = isokinetic_velocity_update(u, grad, coef * step_size,
-                                                   inverse_mass_matrix)
+                u, dk = isokinetic_velocity_update(u, grad, coef * step_size, inverse_mass_matrix)
                 kinetic_change = kinetic_change + dk
             else:
                 x = isokinetic_position_update(x, u, coef * step_size, inverse_mass_matrix)
@@ -252,10 +263,18 @@ INTEGRATORS: dict[str, IsokineticIntegrator] = {
     "leapfrog": IsokineticIntegrator((0.5, 1.0), "leapfrog"),
     "velocity_verlet": IsokineticIntegrator((0.5, 1.0), "velocity_verlet"),
     "mclachlan": IsokineticIntegrator(
-        (_MCLACHLAN_LAMBDA, 0.5, 1.0 - 2.0 * _MCLACHLAN_LAMBDA), "mclachlan"),
+        (_MCLACHLAN_LAMBDA, 0.5, 1.0 - 2.0 * _MCLACHLAN_LAMBDA), "mclachlan"
+    ),
     "omelyan": IsokineticIntegrator(
-        (_OMELYAN_XI, 0.5 - _OMELYAN_LAMBDA, _OMELYAN_CHI, _OMELYAN_LAMBDA,
-         1.0 - 2.0 * (_OMELYAN_XI + _OMELYAN_CHI)), "omelyan"),
+        (
+            _OMELYAN_XI,
+            0.5 - _OMELYAN_LAMBDA,
+            _OMELYAN_CHI,
+            _OMELYAN_LAMBDA,
+            1.0 - 2.0 * (_OMELYAN_XI + _OMELYAN_CHI),
+        ),
+        "omelyan",
+    ),
 }
 """Built-in integrators: `leapfrog` / `velocity_verlet` (1 gradient per step, 2nd order),
 `mclachlan` (minimal-norm, 2 gradients, 2nd order, the MCLMC default) and `omelyan`
@@ -279,4 +298,5 @@ def get_integrator(integrator: IntegratorName | IsokineticIntegrator) -> Isokine
     except KeyError:
         raise ValueError(
             f"unknown isokinetic integrator {integrator!r}; choose one of "
-            f"{sorted(INTEGRATORS)} or pass an IsokineticIntegrator") from None
+            f"{sorted(INTEGRATORS)} or pass an IsokineticIntegrator"
+        ) from None

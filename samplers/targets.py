@@ -69,8 +69,10 @@ class Moments(eqx.Module):
     second_moment_var: Float[Array, " dim"] = enn.broadcast(converter=jnp.asarray)
 
     @staticmethod
-    def from_draws(draws: Float[ArrayLike, "num_draws dim"],
-                   weights: Float[ArrayLike, " num_draws"] | None = None) -> "Moments":
+    def from_draws(
+        draws: Float[ArrayLike, "num_draws dim"],
+        weights: Float[ArrayLike, " num_draws"] | None = None,
+    ) -> "Moments":
         """Moments estimated from draws, optionally weighted (weights need not sum to 1)."""
         draws = jnp.asarray(draws)
         if weights is None:
@@ -162,8 +164,7 @@ class IllConditionedGaussian(Target):
     rotation: Float[Array, "dim dim"] | None = enn.broadcast()
     reference: Moments | None = enn.broadcast()
 
-    def __init__(self, dim: int, condition_number: float, rotated: bool = False,
-                 seed: int = 0):
+    def __init__(self, dim: int, condition_number: float, rotated: bool = False, seed: int = 0):
         self.dim = dim
         self.variances = jnp.logspace(0.0, math.log10(condition_number), dim)
         if rotated:
@@ -337,8 +338,9 @@ class BimodalGaussian(Target):
     location: Float[Array, " dim"] = enn.broadcast()
     reference: Moments | None = enn.broadcast()
 
-    def __init__(self, dim: int = 50, separation: float = 8.0, weight: float = 0.8,
-                 scale: float = 1.0):
+    def __init__(
+        self, dim: int = 50, separation: float = 8.0, weight: float = 0.8, scale: float = 1.0
+    ):
         self.dim, self.weight, self.scale = dim, weight, scale
         self.location = jnp.zeros(dim).at[0].set(separation)
         m, w, s2 = self.location, weight, scale**2
@@ -390,8 +392,13 @@ class LogisticRegression(Target):
     true_weights: Float[Array, " dim"] = enn.broadcast()
     reference: Moments | None = enn.broadcast()
 
-    def __init__(self, num_data: int = 1000, num_features: int = 10, seed: int = 0,
-                 reference: Moments | None = None):
+    def __init__(
+        self,
+        num_data: int = 1000,
+        num_features: int = 10,
+        seed: int = 0,
+        reference: Moments | None = None,
+    ):
         self.dim, self.num_data, self.reference = num_features, num_data, reference
         # Host NumPy: the same data whatever JAX's PRNG settings, and no compilation.
         rng = np.random.default_rng(seed)
@@ -401,8 +408,7 @@ class LogisticRegression(Target):
         self.X, self.y = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
         self.true_weights = jnp.asarray(true_weights, jnp.float32)
 
-    def _log_likelihoods(self, x: Float[Array, " dim"], features: Array,
-                         labels: Array) -> Array:
+    def _log_likelihoods(self, x: Float[Array, " dim"], features: Array, labels: Array) -> Array:
         logits = features @ x
         return labels * logits - jax.nn.softplus(logits)  # log sigmoid(±logit), stably
 
@@ -412,8 +418,9 @@ class LogisticRegression(Target):
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
         return self._log_prior(x) + self._log_likelihoods(x, self.X, self.y).sum()
 
-    def minibatch_logdensity(self, x: Float[Array, " dim"],
-                             indices: Int[ArrayLike, " batch"]) -> Float[Array, ""]:
+    def minibatch_logdensity(
+        self, x: Float[Array, " dim"], indices: Int[ArrayLike, " batch"]
+    ) -> Float[Array, ""]:
         """Unbiased estimate of the log posterior from the observations at `indices`.
 
         `log prior + num_data / batch · Σ_batch log likelihood`; unbiased when `indices`
@@ -452,8 +459,9 @@ class LogisticRegression(Target):
         return mode, jax.scipy.linalg.cho_solve((chol, True), jnp.eye(self.dim))
 
     @eqx.filter_jit
-    def _importance_sample(self, num_draws: int, key: PRNGKeyArray,
-                           dof: int) -> tuple[Array, Array]:
+    def _importance_sample(
+        self, num_draws: int, key: PRNGKeyArray, dof: int
+    ) -> tuple[Array, Array]:
         """Draws from the Laplace multivariate-t proposal and their log weights."""
         mode, precision = self._mode_and_precision()
         chol = jnp.linalg.cholesky(precision)
@@ -473,8 +481,7 @@ class LogisticRegression(Target):
             log_p = jax.lax.map(self, draws, batch_size=batch)
         return draws, log_p - log_q
 
-    def compute_reference(self, num_draws: int, key: PRNGKeyArray,
-                          dof: int = 5) -> Moments:
+    def compute_reference(self, num_draws: int, key: PRNGKeyArray, dof: int = 5) -> Moments:
         """Reference moments by self-normalized importance sampling.
 
         The proposal is a multivariate t with `dof` (an integer) degrees of freedom centred on the
@@ -497,8 +504,9 @@ class LogisticRegression(Target):
             >>> target = samplers.targets.LogisticRegression(500, 4, reference=moments)
         """
         if int(dof) != dof or dof < 1:
-            raise enn.EnsembleError(f"compute_reference: dof must be a positive integer, "
-                                    f"got {dof!r}.")
+            raise enn.EnsembleError(
+                f"compute_reference: dof must be a positive integer, got {dof!r}."
+            )
         draws, log_w = self._importance_sample(num_draws, key, int(dof))
         weights = jnp.exp(log_w - log_w.max())
         n_eff = float(weights.sum() ** 2 / (weights**2).sum())

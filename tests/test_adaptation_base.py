@@ -35,9 +35,16 @@ def gaussian(x):
 
 
 def test_step_size_reaches_the_target_acceptance(mesh):
-    result = samplers.run(samplers.MALA(step_size=0.01), gaussian, jnp.zeros((64, 3)),
-                          key=jax.random.key(0), num_steps=400, mesh=mesh,
-                          adaptation=AcceptanceStepSize(), progress=False)
+    result = samplers.run(
+        samplers.MALA(step_size=0.01),
+        gaussian,
+        jnp.zeros((64, 3)),
+        key=jax.random.key(0),
+        num_steps=400,
+        mesh=mesh,
+        adaptation=AcceptanceStepSize(),
+        progress=False,
+    )
     h = result.sampler.step_size
     assert h.shape == () and 0.3 < float(h) < 3.0  # tuned from 0.01, shared by every chain
     assert abs(float(jnp.mean(result.acceptance_rate)) - 0.57) < 0.08
@@ -47,9 +54,16 @@ def test_step_size_reaches_the_target_acceptance(mesh):
 
 def test_a_diverging_chain_is_masked_and_counted(mesh):
     x0 = jnp.zeros((64, 3)).at[5].set(jnp.array([1e30, 1e30, 1e30]))
-    result = samplers.run(samplers.MALA(step_size=0.01), gaussian, x0,
-                          key=jax.random.key(0), num_steps=50, mesh=mesh,
-                          adaptation=AcceptanceStepSize(num_steps=100), progress=False)
+    result = samplers.run(
+        samplers.MALA(step_size=0.01),
+        gaussian,
+        x0,
+        key=jax.random.key(0),
+        num_steps=50,
+        mesh=mesh,
+        adaptation=AcceptanceStepSize(num_steps=100),
+        progress=False,
+    )
     assert np.isfinite(float(result.sampler.step_size))
     assert 0.1 < float(result.sampler.step_size) < 3.0
     assert int(result.adaptation_info.num_excluded) > 0

@@ -31,8 +31,9 @@ def test_posterior_sample_stats_and_superchains(result):
     assert idata.posterior.attrs["num_steps"] == 40
     assert idata.posterior.attrs["sampler"] == "MALA"
     stats = idata.sample_stats
-    np.testing.assert_array_equal(stats["mean_acceptance_rate"].values,
-                                  np.asarray(result.acceptance_rate))
+    np.testing.assert_array_equal(
+        stats["mean_acceptance_rate"].values, np.asarray(result.acceptance_rate)
+    )
     np.testing.assert_array_equal(stats["num_divergent"].values, np.asarray(result.num_divergent))
     np.testing.assert_array_equal(stats["lp"].values, np.asarray(result.state.logdensity))
     assert stats["mean_acceptance_rate"].dims == ("chain",)
@@ -45,10 +46,14 @@ def test_posterior_sample_stats_and_superchains(result):
 
 def test_arviz_rhat_and_ess_match_samplers_diagnostics(result):
     idata = result.to_arviz()
-    np.testing.assert_allclose(az.rhat(idata)["x"].values,
-                               np.asarray(samplers.diagnostics.rhat(result.trace)), rtol=1e-4)
-    np.testing.assert_allclose(az.ess(idata, method="bulk")["x"].values,
-                               np.asarray(samplers.diagnostics.ess(result.trace)), rtol=1e-3)
+    np.testing.assert_allclose(
+        az.rhat(idata)["x"].values, np.asarray(samplers.diagnostics.rhat(result.trace)), rtol=1e-4
+    )
+    np.testing.assert_allclose(
+        az.ess(idata, method="bulk")["x"].values,
+        np.asarray(samplers.diagnostics.ess(result.trace)),
+        rtol=1e-3,
+    )
 
 
 def test_clear_errors(result, monkeypatch):

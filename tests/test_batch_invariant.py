@@ -29,8 +29,9 @@ def velocity_step(u, x):
 
 
 def _mesh(devices, kind=AxisType.Explicit):
-    return jax.make_mesh((devices,), ("chains",), axis_types=(kind,),
-                         devices=jax.devices()[:devices])
+    return jax.make_mesh(
+        (devices,), ("chains",), axis_types=(kind,), devices=jax.devices()[:devices]
+    )
 
 
 def test_xla_rounds_per_chain_reductions_by_batch_shape():
@@ -40,7 +41,7 @@ def test_xla_rounds_per_chain_reductions_by_batch_shape():
     x, u = _data()
     f = jax.jit(jax.vmap(velocity_step))
     whole = f(u, x)[0]
-    pairs = jnp.concatenate([f(u[i:i + 2], x[i:i + 2])[0] for i in range(0, 64, 2)])
+    pairs = jnp.concatenate([f(u[i : i + 2], x[i : i + 2])[0] for i in range(0, 64, 2)])
     assert not np.array_equal(whole, pairs)
     np.testing.assert_allclose(whole, pairs, rtol=1e-5, atol=1e-6)
 
@@ -52,7 +53,7 @@ def test_same_bits_for_every_local_batch(block_size):
     whole = f(u, x)
     for b in (1, 2, 3, 5, 16, 32):  # 3 and 5: the last block is padded
         cut = 64 - 64 % b
-        parts = [f(u[i:i + b], x[i:i + b]) for i in range(0, cut, b)]
+        parts = [f(u[i : i + b], x[i : i + b]) for i in range(0, cut, b)]
         for w, p in zip(whole, zip(*parts)):
             np.testing.assert_array_equal(w[:cut], jnp.concatenate(p), err_msg=f"batch {b}")
     # and the values are the function's own, up to rounding
@@ -71,8 +72,12 @@ def test_ensemble_map_block_size_gives_one_answer_on_1_2_4_devices(kind, block_s
         new_u, dk = enn.batch_invariant(velocity_step)(u, x)
         return new_u, dk, enn.chain_mean(dk)  # a collective outside the block is fine
 
-    out = {n: enn.ensemble_map(per_chain, mesh=_mesh(n, kind), in_roles=enn.PER_CHAIN,
-                               block_size=block_size)(u, x) for n in (1, 2, 4)}
+    out = {
+        n: enn.ensemble_map(
+            per_chain, mesh=_mesh(n, kind), in_roles=enn.PER_CHAIN, block_size=block_size
+        )(u, x)
+        for n in (1, 2, 4)
+    }
     for n in (2, 4):
         for a, b in zip(out[1], out[n]):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -108,16 +113,22 @@ def test_one_chain_pytrees_static_outputs_and_keys():
 def test_closures_over_per_chain_values_and_broadcast_outputs(mesh):
     """A per-chain value captured by the wrapped function is batched like an argument, and
     an output that depends on no per-chain value stays a single (BROADCAST) value."""
+
     def per_chain(x, shift):
         def f(y):
             return y + shift, jnp.float32(7.0)  # shift: captured, per chain
+
         moved, constant = enn.batch_invariant(f)(x)
         return moved, constant
 
     x = jnp.arange(8.0)
-    moved, constant = enn.ensemble_map(per_chain, mesh=mesh, in_roles=enn.PER_CHAIN,
-                                       out_roles=(enn.PER_CHAIN, enn.BROADCAST),
-                                       block_size=3)(x, 10 * x)
+    moved, constant = enn.ensemble_map(
+        per_chain,
+        mesh=mesh,
+        in_roles=enn.PER_CHAIN,
+        out_roles=(enn.PER_CHAIN, enn.BROADCAST),
+        block_size=3,
+    )(x, 10 * x)
     assert moved.tolist() == (11 * x).tolist()
     assert constant.shape == () and float(constant) == 7.0
 
@@ -128,10 +139,15 @@ def test_collectives_inside_a_block_are_refused(mesh):
 
     with pytest.raises(enn.CollectiveError, match="batch_invariant"):
         enn.ensemble_map(per_chain, mesh=mesh, in_roles=enn.PER_CHAIN, block_size=2)(
-            jnp.arange(8.0))
+            jnp.arange(8.0)
+        )
     # num_chains is a constant, not a reduction: allowed
-    f = enn.ensemble_map(lambda x: enn.batch_invariant(lambda y: y * enn.num_chains())(x),
-                         mesh=mesh, in_roles=enn.PER_CHAIN, block_size=2)
+    f = enn.ensemble_map(
+        lambda x: enn.batch_invariant(lambda y: y * enn.num_chains())(x),
+        mesh=mesh,
+        in_roles=enn.PER_CHAIN,
+        block_size=2,
+    )
     assert f(jnp.ones(8)).tolist() == [8.0] * 8
 
 
@@ -142,15 +158,23 @@ def test_bad_block_sizes_are_explained(bad):
     with pytest.raises(enn.EnsembleError, match="block_size"):
         enn.ensemble_map(jnp.sin, in_roles=enn.PER_CHAIN, block_size=bad)
     with pytest.raises(enn.EnsembleError, match="block_size"):
-        samplers.run(samplers.MALA(step_size=0.1), lambda x: -jnp.sum(x**2), jnp.zeros((4, 2)),
-                     key=jax.random.key(0), num_steps=2, progress=False, block_size=bad)
+        samplers.run(
+            samplers.MALA(step_size=0.1),
+            lambda x: -jnp.sum(x**2),
+            jnp.zeros((4, 2)),
+            key=jax.random.key(0),
+            num_steps=2,
+            progress=False,
+            block_size=bad,
+        )
 
 
 def test_gradients_inside_work_and_reverse_mode_through_is_explained():
     x = jnp.linspace(0.0, 1.0, 5)
     grad_inside = enn.batch_invariant(jax.grad(lambda y: jnp.sum(jnp.sin(y))), block_size=4)
-    np.testing.assert_allclose(jax.vmap(grad_inside)(jnp.stack([x, 2 * x])),
-                               jnp.cos(jnp.stack([x, 2 * x])), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.vmap(grad_inside)(jnp.stack([x, 2 * x])), jnp.cos(jnp.stack([x, 2 * x])), rtol=1e-6
+    )
     f = enn.batch_invariant(lambda y: jnp.sum(jnp.sin(y)), block_size=4)
     with pytest.raises(enn.EnsembleError, match="reverse mode"):
         jax.grad(f)(x)
@@ -159,11 +183,13 @@ def test_gradients_inside_work_and_reverse_mode_through_is_explained():
 def test_under_set_mesh_with_constant_outputs_and_keys(explicit_mesh):
     """With `jax.set_mesh(explicit)` the loop's buffers are typed on the mesh, while an
     output made of constants alone is typed on none: the block writes must reconcile them."""
+
     def step(x, key):
         return x + jax.random.normal(key, x.shape), jnp.int32(3)
 
-    f = enn.ensemble_map(lambda x, k: enn.batch_invariant(step)(x, k), in_roles=enn.PER_CHAIN,
-                         block_size=4)
+    f = enn.ensemble_map(
+        lambda x, k: enn.batch_invariant(step)(x, k), in_roles=enn.PER_CHAIN, block_size=4
+    )
     keys = enn.chain_keys(jax.random.key(0), 8)
     with jax.set_mesh(explicit_mesh):
         moved, three = f(jnp.ones((8, 5)), keys)
@@ -178,11 +204,13 @@ def test_auto_block_size_depends_on_the_chain_count_only():
     seen = {}
     for devices in (1, 2, 4):
         for chains in (8, 64, 256):
+
             def per_chain(x, key=(devices, chains)):
                 seen[key] = current_frame().block_size
                 return enn.batch_invariant(lambda y: 2 * y)(x)
 
-            out = enn.ensemble_map(per_chain, mesh=_mesh(devices), in_roles=enn.PER_CHAIN,
-                                   block_size="auto")(jnp.ones((chains, 3)))
+            out = enn.ensemble_map(
+                per_chain, mesh=_mesh(devices), in_roles=enn.PER_CHAIN, block_size="auto"
+            )(jnp.ones((chains, 3)))
             assert out.shape == (chains, 3) and float(out.sum()) == 6.0 * chains
     assert seen == {(d, c): max(1, c // 8) for d in (1, 2, 4) for c in (8, 64, 256)}

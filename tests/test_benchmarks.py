@@ -44,7 +44,12 @@ def run_benchmark(name: str, *extra: str, hide: str = "") -> tuple[list[dict], s
         env["ENSEMBLENN_BENCH_HIDE"] = hide
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", name, "--smoke", *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert records, f"{name} printed no JSON lines:\n{proc.stdout[-3000:]}"
@@ -80,8 +85,9 @@ def test_our_side_runs(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, impl, module",
-                         [(n, i, m) for n, peers in PEERS.items() for i, m in peers.items()])
+@pytest.mark.parametrize(
+    "name, impl, module", [(n, i, m) for n, peers in PEERS.items() for i, m in peers.items()]
+)
 def test_peer_runs_or_is_skipped(name, impl, module):
     records, _ = smoke(name)
     rows = [r for r in records if r.get("impl") == impl]
@@ -112,15 +118,15 @@ def test_laps_peer_metrics_present():
     records, _ = smoke("laps")
     for impl in ("ensemblenn", "blackjax"):
         (row,) = [r for r in records if r.get("impl") == impl and r.get("mesh") == "auto"]
-        for key in ("compile_s", "run_s", "grads_per_chain", "grads_per_s", "b2_max",
-                    "b2_mean"):
+        for key in ("compile_s", "run_s", "grads_per_chain", "grads_per_s", "b2_max", "b2_mean"):
             assert isinstance(row[key], int | float), (impl, key, row)
 
 
 @pytest.mark.slow
 def test_several_device_counts_fan_out_to_subprocesses():
-    records, stdout = run_benchmark("overhead", "--devices", "1,2", "--steps", "2",
-                                    "--repeats", "1")
+    records, stdout = run_benchmark(
+        "overhead", "--devices", "1,2", "--steps", "2", "--repeats", "1"
+    )
     assert {r["devices"] for r in records} == {1, 2}
     assert stdout.count("# running:") == 2
     assert stdout.count("## overhead") == 1  # one merged table

@@ -20,17 +20,25 @@ import samplers
 from samplers import checkpoint
 
 PROGRAM = Path(__file__).parent / "programs" / "checkpoint_run.py"
-RUN = dict(num_chains=8, dim=3, num_steps=40, num_warmup=10, thin=5, chunk_size=10,
-           checkpoint_every=30)
+RUN = dict(
+    num_chains=8, dim=3, num_steps=40, num_warmup=10, thin=5, chunk_size=10, checkpoint_every=30
+)
 
 
 def make_run(sampler=None):
     """The run every test here (and programs/checkpoint_run.py) continues or compares."""
     target = samplers.targets.IllConditionedGaussian(dim=RUN["dim"], condition_number=4.0)
     positions = jax.random.normal(jax.random.key(3), (RUN["num_chains"], RUN["dim"]))
-    kwargs = dict(key=jax.random.key(11), num_steps=RUN["num_steps"],
-                  num_warmup=RUN["num_warmup"], thin=RUN["thin"], chunk_size=RUN["chunk_size"],
-                  track_bias=True, superchain_size=4, progress=False)
+    kwargs = dict(
+        key=jax.random.key(11),
+        num_steps=RUN["num_steps"],
+        num_warmup=RUN["num_warmup"],
+        thin=RUN["thin"],
+        chunk_size=RUN["chunk_size"],
+        track_bias=True,
+        superchain_size=4,
+        progress=False,
+    )
     return sampler or samplers.MALA(step_size=0.5), target, positions, kwargs
 
 
@@ -82,15 +90,15 @@ def test_resume_in_process_is_bitwise(tmp_path, monkeypatch, reference):
     assert header["step"] == 30 and header["total_steps"] == 50
     assert header["num_draws"] == 4  # sampling steps 10..29, every 5th kept
     sampler, target, positions, kwargs = make_run()
-    result = samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True,
-                          **kwargs)
+    result = samplers.run(
+        sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs
+    )
     for name, expected in reference.items():
         np.testing.assert_array_equal(outcome(result)[name], expected, err_msg=name)
     assert checkpoint.inspect(tmp_path)["step"] == 50
 
     # A complete checkpoint resumes to the same result without stepping again.
-    again = samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True,
-                         **kwargs)
+    again = samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
     for name, expected in reference.items():
         np.testing.assert_array_equal(outcome(again)[name], expected, err_msg=name)
 
@@ -109,8 +117,15 @@ def test_resume_after_adaptation_restores_the_tuned_sampler(tmp_path, monkeypatc
     straight = samplers.run(sampler, target, positions, adaptation=HalveStepSize(), **kwargs)
     interrupted_run(monkeypatch, tmp_path, after_step=0, adaptation=HalveStepSize())
     assert checkpoint.inspect(tmp_path)["step"] == 0  # saved right after adaptation
-    resumed = samplers.run(sampler, target, positions, adaptation=HalveStepSize(),
-                           checkpoint_dir=tmp_path, resume=True, **kwargs)
+    resumed = samplers.run(
+        sampler,
+        target,
+        positions,
+        adaptation=HalveStepSize(),
+        checkpoint_dir=tmp_path,
+        resume=True,
+        **kwargs,
+    )
     assert isinstance(resumed.sampler, samplers.MALA)
     assert float(resumed.sampler.step_size) == 0.25
     assert float(resumed.adaptation_info["step_size"]) == 0.25
@@ -122,26 +137,56 @@ def test_checkpoint_of_another_sampler_is_a_clear_error(tmp_path, monkeypatch):
     interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
     _, target, positions, kwargs = make_run()
     with pytest.raises(checkpoint.CheckpointMismatchError) as err:
-        samplers.run(samplers.RandomWalk(step_size=0.5), target, positions,
-                     checkpoint_dir=tmp_path, resume=True, **kwargs)
+        samplers.run(
+            samplers.RandomWalk(step_size=0.5),
+            target,
+            positions,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            **kwargs,
+        )
     message = str(err.value)
     assert "'MALA' in the checkpoint, 'RandomWalk' in this run" in message
     assert isinstance(err.value, enn.EnsembleError) and "fix:" in message
 
     # Same class, other hyperparameters; other step counts; another key.
     with pytest.raises(checkpoint.CheckpointMismatchError, match="hyperparameters differ"):
-        samplers.run(samplers.MALA(step_size=0.4), target, positions,
-                     checkpoint_dir=tmp_path, resume=True, **kwargs)
+        samplers.run(
+            samplers.MALA(step_size=0.4),
+            target,
+            positions,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            **kwargs,
+        )
     with pytest.raises(checkpoint.CheckpointMismatchError, match="num_steps: 40 in the"):
-        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
-                     resume=True, **{**kwargs, "num_steps": 80})
+        samplers.run(
+            samplers.MALA(step_size=0.5),
+            target,
+            positions,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            **{**kwargs, "num_steps": 80},
+        )
     with pytest.raises(checkpoint.CheckpointMismatchError, match="the key differ"):
-        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
-                     resume=True, **{**kwargs, "key": jax.random.key(12)})
+        samplers.run(
+            samplers.MALA(step_size=0.5),
+            target,
+            positions,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            **{**kwargs, "key": jax.random.key(12)},
+        )
     # another block size would change the last bits, so it is another run too
     with pytest.raises(checkpoint.CheckpointMismatchError, match="block_size: 'auto' in the"):
-        samplers.run(samplers.MALA(step_size=0.5), target, positions, checkpoint_dir=tmp_path,
-                     resume=True, **{**kwargs, "block_size": None})
+        samplers.run(
+            samplers.MALA(step_size=0.5),
+            target,
+            positions,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            **{**kwargs, "block_size": None},
+        )
 
 
 def test_existing_checkpoint_needs_resume_and_bad_arguments_are_errors(tmp_path, monkeypatch):
@@ -152,13 +197,25 @@ def test_existing_checkpoint_needs_resume_and_bad_arguments_are_errors(tmp_path,
     with pytest.raises(checkpoint.CheckpointError, match="need a checkpoint_dir"):
         samplers.run(sampler, target, positions, resume=True, **kwargs)
     with pytest.raises(checkpoint.CheckpointError, match="checkpoint_every must be"):
-        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, checkpoint_every=0,
-                     **kwargs)
+        samplers.run(
+            sampler, target, positions, checkpoint_dir=tmp_path, checkpoint_every=0, **kwargs
+        )
     with pytest.raises(checkpoint.CheckpointError, match="inside jax.jit"):  # traced inputs
-        checkpoint.open_run(tmp_path, None, True, traced=True, key=kwargs["key"],
-                            sampler=sampler, adaptation=None, logdensity=target,
-                            positions=positions, num_steps=40, num_warmup=10, thin=5,
-                            track_bias=True)
+        checkpoint.open_run(
+            tmp_path,
+            None,
+            True,
+            traced=True,
+            key=kwargs["key"],
+            sampler=sampler,
+            adaptation=None,
+            logdensity=target,
+            positions=positions,
+            num_steps=40,
+            num_warmup=10,
+            thin=5,
+            track_bias=True,
+        )
 
 
 def test_corrupt_or_foreign_files_are_clear_errors(tmp_path, monkeypatch):
@@ -203,8 +260,14 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "_mid_write_hook", fail_second)
     sampler, target, positions, kwargs = make_run()
     with pytest.raises(checkpoint.CheckpointError, match="disk full"):
-        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path / "run",
-                     checkpoint_every=10, **kwargs)
+        samplers.run(
+            sampler,
+            target,
+            positions,
+            checkpoint_dir=tmp_path / "run",
+            checkpoint_every=10,
+            **kwargs,
+        )
     assert checkpoint.inspect(tmp_path / "run")["step"] == 10
 
 
@@ -213,9 +276,13 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
     """A save killed mid-write leaves the previous checkpoint. Other processes resume from
     it: this one (4 devices) bitwise, a fresh one on 2 devices to 1e-6."""
     folder = tmp_path / "ckpt"
-    proc = subprocess.Popen([sys.executable, str(PROGRAM), "4", str(folder), "kill"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=PROGRAM.parent)
+    proc = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "4", str(folder), "kill"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=PROGRAM.parent,
+    )
     try:
         deadline = time.monotonic() + 240
         line = ""
@@ -239,13 +306,18 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
 
     other = tmp_path / "ckpt2"
     shutil.copytree(folder, other)
-    two = subprocess.Popen([sys.executable, str(PROGRAM), "2", str(other), "resume",
-                            str(tmp_path / "two.npz")], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=PROGRAM.parent)
+    two = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "2", str(other), "resume", str(tmp_path / "two.npz")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=PROGRAM.parent,
+    )
     try:
         sampler, target, positions, kwargs = make_run()
-        same = outcome(samplers.run(sampler, target, positions, checkpoint_dir=folder,
-                                    resume=True, **kwargs))
+        same = outcome(
+            samplers.run(sampler, target, positions, checkpoint_dir=folder, resume=True, **kwargs)
+        )
         _, err = two.communicate(timeout=240)
     finally:
         if two.poll() is None:
@@ -263,14 +335,35 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
 def test_cli_checkpoint_resume_plot_and_json(tmp_path):
     """`python -m samplers run --checkpoint DIR [--resume] --out DIR` at a tiny size."""
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    base = [sys.executable, "-m", "samplers", "run", "--target", "gaussian", "--dim", "3",
-            "--sampler", "mala", "--chains", "8", "--steps", "20", "--warmup", "10",
-            "--devices", "2", "--no-progress", "--checkpoint", str(ckpt)]
+    base = [
+        sys.executable,
+        "-m",
+        "samplers",
+        "run",
+        "--target",
+        "gaussian",
+        "--dim",
+        "3",
+        "--sampler",
+        "mala",
+        "--chains",
+        "8",
+        "--steps",
+        "20",
+        "--warmup",
+        "10",
+        "--devices",
+        "2",
+        "--no-progress",
+        "--checkpoint",
+        str(ckpt),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
     def cli(*extra):
-        return subprocess.run(base + list(extra), capture_output=True, text=True, timeout=240,
-                              env=env, cwd=tmp_path)
+        return subprocess.run(
+            base + list(extra), capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path
+        )
 
     first = cli("--out", str(out))
     assert first.returncode == 0, first.stderr

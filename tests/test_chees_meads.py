@@ -35,16 +35,26 @@ MEADS = samplers.MEADS(num_steps=ADAPT)
 
 def _chees(adaptation, mesh, positions=START):
     return samplers.run(
-        samplers.HMC(step_size=0.1, num_integration_steps=2), TARGET, positions,
-        key=jax.random.key(0), num_steps=SAMPLE, mesh=mesh, progress=False,
+        samplers.HMC(step_size=0.1, num_integration_steps=2),
+        TARGET,
+        positions,
+        key=jax.random.key(0),
+        num_steps=SAMPLE,
+        mesh=mesh,
+        progress=False,
         adaptation=adaptation,
     )
 
 
 def _meads(mesh, positions=START):
     return samplers.run(
-        samplers.GHMC(step_size=0.1, damping=1.0), TARGET, positions,
-        key=jax.random.key(1), num_steps=SAMPLE, mesh=mesh, progress=False,
+        samplers.GHMC(step_size=0.1, damping=1.0),
+        TARGET,
+        positions,
+        key=jax.random.key(1),
+        num_steps=SAMPLE,
+        mesh=mesh,
+        progress=False,
         adaptation=MEADS,
     )
 
@@ -80,17 +90,38 @@ def test_halton_jitter_is_the_base_2_radical_inverse():
 
 def test_wrong_kernel_or_arguments_raise_ensemble_errors(auto_mesh):
     with pytest.raises(enn.EnsembleError, match="samplers.HMC"):
-        samplers.run(samplers.MALA(step_size=0.1), TARGET, START[:8], key=jax.random.key(0),
-                     num_steps=2, mesh=auto_mesh, progress=False,
-                     adaptation=samplers.ChEES(num_steps=2))
+        samplers.run(
+            samplers.MALA(step_size=0.1),
+            TARGET,
+            START[:8],
+            key=jax.random.key(0),
+            num_steps=2,
+            mesh=auto_mesh,
+            progress=False,
+            adaptation=samplers.ChEES(num_steps=2),
+        )
     with pytest.raises(enn.EnsembleError, match="samplers.GHMC"):
-        samplers.run(samplers.HMC(step_size=0.1, num_integration_steps=2), TARGET, START[:8],
-                     key=jax.random.key(0), num_steps=2, mesh=auto_mesh, progress=False,
-                     adaptation=samplers.MEADS(num_steps=2))
+        samplers.run(
+            samplers.HMC(step_size=0.1, num_integration_steps=2),
+            TARGET,
+            START[:8],
+            key=jax.random.key(0),
+            num_steps=2,
+            mesh=auto_mesh,
+            progress=False,
+            adaptation=samplers.MEADS(num_steps=2),
+        )
     with pytest.raises(enn.EnsembleError, match="at least 8 chains"):
-        samplers.run(samplers.GHMC(step_size=0.1, damping=1.0), TARGET, START[:4],
-                     key=jax.random.key(0), num_steps=2, mesh=auto_mesh, progress=False,
-                     adaptation=samplers.MEADS(num_steps=2))
+        samplers.run(
+            samplers.GHMC(step_size=0.1, damping=1.0),
+            TARGET,
+            START[:4],
+            key=jax.random.key(0),
+            num_steps=2,
+            mesh=auto_mesh,
+            progress=False,
+            adaptation=samplers.MEADS(num_steps=2),
+        )
     with pytest.raises(enn.EnsembleError, match="optax"):
         samplers.ChEES(optimizer=0.025)
     with pytest.raises(enn.EnsembleError, match="jitter"):
@@ -127,12 +158,13 @@ def test_chees_learns_with_any_optax_optimizer(chees_adam):
     # A learning rate halving every 50 steps: T stops growing earlier than with Adam
     # (about 1.9 against 2.5 with these keys; both sample well).
     schedule = optax.exponential_decay(0.01, transition_steps=50, decay_rate=0.5)
-    sgd = _chees(samplers.ChEES(optax.sgd(schedule), num_steps=ADAPT),
-                 _mesh(AxisType.Explicit))
+    sgd = _chees(samplers.ChEES(optax.sgd(schedule), num_steps=ADAPT), _mesh(AxisType.Explicit))
     assert float(sgd.diagnostics.bias_squared_max) < 0.05
     assert _leaves_finite(sgd.sampler)
-    adam_length, sgd_length = _trajectory_length(chees_adam.sampler), _trajectory_length(
-        sgd.sampler)
+    adam_length, sgd_length = (
+        _trajectory_length(chees_adam.sampler),
+        _trajectory_length(sgd.sampler),
+    )
     assert sgd_length > 1.0  # SGD moved it too, from 0.2
     assert abs(adam_length - sgd_length) > 0.1 * adam_length, (adam_length, sgd_length)
 
@@ -140,11 +172,15 @@ def test_chees_learns_with_any_optax_optimizer(chees_adam):
 @pytest.mark.slow
 def test_chees_is_identical_on_explicit_and_auto_meshes(chees_adam):
     auto = _chees(ADAM, _mesh(AxisType.Auto))
-    for a, b in zip(jax.tree.leaves((chees_adam.sampler, chees_adam.state)),
-                    jax.tree.leaves((auto.sampler, auto.state)), strict=True):
+    for a, b in zip(
+        jax.tree.leaves((chees_adam.sampler, chees_adam.state)),
+        jax.tree.leaves((auto.sampler, auto.state)),
+        strict=True,
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    np.testing.assert_array_equal(np.asarray(chees_adam.diagnostics.second_moment),
-                                  np.asarray(auto.diagnostics.second_moment))
+    np.testing.assert_array_equal(
+        np.asarray(chees_adam.diagnostics.second_moment), np.asarray(auto.diagnostics.second_moment)
+    )
 
 
 # -- MEADS ------------------------------------------------------------------------------
@@ -170,8 +206,15 @@ def test_meads_reaches_low_bias_with_per_fold_hyperparameters(meads_result, expl
     assert np.all((ratio > 0.1) & (ratio < 10.0)) and 0.7 < np.median(ratio) < 1.3
     assert int(result.adaptation_info.num_excluded) == 0
     # The tuned sampler runs again as is (its PerChainValues are sharded per chain).
-    again = samplers.run(tuned, TARGET, result.state.position, key=jax.random.key(2),
-                         num_steps=100, mesh=explicit_mesh, progress=False)
+    again = samplers.run(
+        tuned,
+        TARGET,
+        result.state.position,
+        key=jax.random.key(2),
+        num_steps=100,
+        mesh=explicit_mesh,
+        progress=False,
+    )
     assert float(again.diagnostics.bias_squared_max) < 0.1
     assert float(jnp.mean(again.acceptance_rate)) > 0.6
 
@@ -208,11 +251,20 @@ def test_chees_is_bitwise_identical_on_1_and_4_devices():
     outs = []
     for n in (1, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        result = samplers.run(None, target, positions, key=jax.random.key(1), num_steps=10,
-                              adaptation=samplers.ChEES(num_steps=30), mesh=mesh,
-                              progress=False)
-        outs.append([np.asarray(leaf) for leaf in jax.tree.leaves(result.sampler)]
-                    + [np.asarray(result.state.position)])
+        result = samplers.run(
+            None,
+            target,
+            positions,
+            key=jax.random.key(1),
+            num_steps=10,
+            adaptation=samplers.ChEES(num_steps=30),
+            mesh=mesh,
+            progress=False,
+        )
+        outs.append(
+            [np.asarray(leaf) for leaf in jax.tree.leaves(result.sampler)]
+            + [np.asarray(result.state.position)]
+        )
     assert len(outs[0]) == 4
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)

@@ -49,8 +49,9 @@ def capture_kinds(mesh):
         return jax.lax.scan(lambda c, _: (c + data.mean(), None), x, None, length=3)[0]
 
     def while_body(x):
-        return jax.lax.while_loop(lambda c: c[1] < 2, lambda c: (c[0] * data[0], c[1] + 1),
-                                  (x, 0))[0]
+        return jax.lax.while_loop(lambda c: c[1] < 2, lambda c: (c[0] * data[0], c[1] + 1), (x, 0))[
+            0
+        ]
 
     def cond_body(x):
         return jax.lax.cond(x.sum() > 3, lambda y: y + data[1], lambda y: y - data[2], x)
@@ -100,8 +101,9 @@ def test_global_and_jit_callee_are_lifted(explicit_mesh):
     global GLOBAL_DATA
     GLOBAL_DATA = sharded(jnp.array([2.0, 4.0]), explicit_mesh)
     x = jnp.arange(N * 1.0)
-    out = enn.ensemble_map(lambda x: jitted_helper(x) + GLOBAL_DATA[0], mesh=explicit_mesh,
-                           in_roles=enn.PER_CHAIN)(x)
+    out = enn.ensemble_map(
+        lambda x: jitted_helper(x) + GLOBAL_DATA[0], mesh=explicit_mesh, in_roles=enn.PER_CHAIN
+    )(x)
     np.testing.assert_array_equal(out, x + 3.0 + 2.0)
 
 
@@ -109,8 +111,7 @@ def test_same_closure_new_data_does_not_recompile(explicit_mesh):
     from ensemblenn import _ensemble_map
 
     data = {"d": sharded(jnp.ones(3), explicit_mesh)}
-    f = enn.ensemble_map(lambda x: x * data["d"].sum(), mesh=explicit_mesh,
-                         in_roles=enn.PER_CHAIN)
+    f = enn.ensemble_map(lambda x: x * data["d"].sum(), mesh=explicit_mesh, in_roles=enn.PER_CHAIN)
     f(jnp.ones(N))
     cached = _ensemble_map._execute._cache_size()
     data["d"] = sharded(jnp.full(3, 2.0, jnp.float32), explicit_mesh)
@@ -121,8 +122,9 @@ def test_same_closure_new_data_does_not_recompile(explicit_mesh):
 
 def test_error_mode_names_each_capture_and_the_fix(explicit_mesh):
     data = sharded(jnp.ones((3, 2)), explicit_mesh)
-    f = enn.ensemble_map(lambda x: x + data.sum(), mesh=explicit_mesh, in_roles=enn.PER_CHAIN,
-                         closures="error")
+    f = enn.ensemble_map(
+        lambda x: x + data.sum(), mesh=explicit_mesh, in_roles=enn.PER_CHAIN, closures="error"
+    )
     with pytest.raises(enn.ClosureError) as info:
         f(jnp.zeros(N))
     message = str(info.value)
@@ -132,8 +134,12 @@ def test_error_mode_names_each_capture_and_the_fix(explicit_mesh):
 
 def test_numpy_captures_and_body_constants_need_no_lifting(explicit_mesh):
     table = np.arange(3.0, dtype=np.float32)
-    f = enn.ensemble_map(lambda x: x + table.sum() + jnp.ones(()) * 2, mesh=explicit_mesh,
-                         in_roles=enn.PER_CHAIN, closures="error")
+    f = enn.ensemble_map(
+        lambda x: x + table.sum() + jnp.ones(()) * 2,
+        mesh=explicit_mesh,
+        in_roles=enn.PER_CHAIN,
+        closures="error",
+    )
     np.testing.assert_array_equal(f(jnp.zeros(N)), np.full(N, 5.0))
 
 
@@ -152,16 +158,18 @@ class Opaque:
 
 def test_unreachable_capture_gives_closure_error_not_jax_error(explicit_mesh):
     holder = Opaque(sharded(jnp.ones(2), explicit_mesh))
-    f = enn.ensemble_map(lambda x: x + holder.value.sum(), mesh=explicit_mesh,
-                         in_roles=enn.PER_CHAIN)
+    f = enn.ensemble_map(
+        lambda x: x + holder.value.sum(), mesh=explicit_mesh, in_roles=enn.PER_CHAIN
+    )
     with pytest.raises(enn.ClosureError, match="pass the array as an argument"):
         f(jnp.zeros(N))
 
 
 def test_no_array_reaches_a_shard_map_body_except_as_operand(mesh):
     data = sharded(jnp.arange(3.0), mesh)
-    f = enn.ensemble_map(lambda x: x * data.sum() + enn.chain_mean(x), mesh=mesh,
-                         in_roles=enn.PER_CHAIN)
+    f = enn.ensemble_map(
+        lambda x: x * data.sum() + enn.chain_mean(x), mesh=mesh, in_roles=enn.PER_CHAIN
+    )
     closed = jax.make_jaxpr(f)(jnp.ones(N))
     assert "shard_map" in str(closed)
     assert enn.shard_map_captures(closed) == []
@@ -198,7 +206,8 @@ def test_captured_per_chain_data_indexed_by_chain(mesh, placement):
     np.testing.assert_array_equal(np.asarray(out), 1.0 + np.arange(N * 3.0).reshape(N, 3))
     with pytest.raises(enn.ClosureError, match=r"float32\[8(@chains)?,3\]"):
         enn.ensemble_map(body, mesh=mesh, in_roles=enn.PER_CHAIN, closures="error")(
-            jnp.ones((N, 3)))
+            jnp.ones((N, 3))
+        )
 
 
 def test_an_unused_sharded_array_in_reach_is_not_captured(explicit_mesh):

@@ -69,13 +69,20 @@ def test_chain_keys_typed_and_raw():
     assert typed.shape == (6,) and raw.shape == (6, 2) and raw.dtype == jnp.uint32
     np.testing.assert_array_equal(jax.random.key_data(typed), raw)
     # Key i depends on i only: a bigger ensemble keeps the existing chains' keys.
-    np.testing.assert_array_equal(jax.random.key_data(enn.chain_keys(jax.random.key(7), 10))[:6],
-                                  jax.random.key_data(typed))
+    np.testing.assert_array_equal(
+        jax.random.key_data(enn.chain_keys(jax.random.key(7), 10))[:6], jax.random.key_data(typed)
+    )
     assert len({tuple(k) for k in np.asarray(raw)}) == 6
 
 
-@pytest.mark.parametrize("bad", [jax.random.split(jax.random.key(0), 2),
-                                 jnp.zeros((4, 2), jnp.uint32), jnp.zeros(2, jnp.float32)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        jax.random.split(jax.random.key(0), 2),
+        jnp.zeros((4, 2), jnp.uint32),
+        jnp.zeros(2, jnp.float32),
+    ],
+)
 def test_chain_keys_rejects_key_arrays_of_the_wrong_shape(bad):
     with pytest.raises(enn.EnsembleError, match="key"):
         enn.chain_keys(bad, 4)
@@ -88,8 +95,9 @@ def test_chain_keys_rejects_bad_counts():
 
 def test_per_chain_keys_give_per_chain_draws(mesh):
     keys = enn.chain_keys(jax.random.key(1), 8)
-    draws = enn.ensemble_map(lambda k: jax.random.normal(k, (2,)), mesh=mesh,
-                             in_roles=enn.PER_CHAIN)(keys)
+    draws = enn.ensemble_map(
+        lambda k: jax.random.normal(k, (2,)), mesh=mesh, in_roles=enn.PER_CHAIN
+    )(keys)
     np.testing.assert_array_equal(draws, jax.vmap(lambda k: jax.random.normal(k, (2,)))(keys))
 
 
@@ -108,8 +116,9 @@ def test_ordered_sum_is_the_same_for_any_chains_per_device():
     out = {}
     for n in (1, 2, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        f = enn.ensemble_map(lambda v: enn.ordered_sum(v * v / 3.0), mesh=mesh,
-                             in_roles=enn.PER_CHAIN)
+        f = enn.ensemble_map(
+            lambda v: enn.ordered_sum(v * v / 3.0), mesh=mesh, in_roles=enn.PER_CHAIN
+        )
         out[n] = np.asarray(f(x))
     np.testing.assert_array_equal(out[1], out[2])
     np.testing.assert_array_equal(out[1], out[4])
@@ -123,8 +132,7 @@ def test_rounded_keeps_values_and_non_floats():
     assert enn.rounded(jnp.arange(3)).dtype == jnp.arange(3).dtype
 
 
-@pytest.mark.parametrize("devices,num_chains", [(1, 7), (2, 6), (3, 12), (3, 15), (3, 33),
-                                                (2, 22)])
+@pytest.mark.parametrize("devices,num_chains", [(1, 7), (2, 6), (3, 12), (3, 15), (3, 33), (2, 22)])
 def test_fixed_tree_on_other_device_counts(devices, num_chains):
     """Blocks of 7, 3, 4, 5, 11 and 11 chains per device: the same canonical tree."""
     mesh = jax.make_mesh((devices,), ("chains",), devices=jax.devices()[:devices])

@@ -42,7 +42,8 @@ def gaussian_loglik(model, batch):
 def member_losses(ensemble, mesh=None):
     """Full-data loss of every member, computed member by member."""
     return enn.ensemble_map(mse_loss, in_roles=(enn.PER_CHAIN, enn.BROADCAST), mesh=mesh)(
-        ensemble.model, (X, Y))
+        ensemble.model, (X, Y)
+    )
 
 
 def flat_params(models):
@@ -77,14 +78,21 @@ def trained():
     out = {}
     for kind in (AxisType.Explicit, AxisType.Auto):
         mesh = jax.make_mesh((4,), ("chains",), axis_types=(kind,))
-        start = ensembles.init_ensemble(make_model, OPTIMIZER, jax.random.key(0),
-                                        NUM_MEMBERS, mesh=mesh)
+        start = ensembles.init_ensemble(
+            make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS, mesh=mesh
+        )
         before = snapshot(start)
-        end, history = ensembles.fit(start, (X, Y), OPTIMIZER, mse_loss,
-                                     num_steps=TRAIN_STEPS, batch_size=32,
-                                     key=jax.random.key(1), mesh=mesh)
-        out[kind] = dict(mesh=mesh, start=start, start_snapshot=before, end=end,
-                         history=history)
+        end, history = ensembles.fit(
+            start,
+            (X, Y),
+            OPTIMIZER,
+            mse_loss,
+            num_steps=TRAIN_STEPS,
+            batch_size=32,
+            key=jax.random.key(1),
+            mesh=mesh,
+        )
+        out[kind] = dict(mesh=mesh, start=start, start_snapshot=before, end=end, history=history)
     return out
 
 
@@ -104,15 +112,18 @@ def test_members_differ_and_every_member_learns(trained):
     loss_before = np.asarray(member_losses(start, run["mesh"]))
     loss_after = np.asarray(member_losses(end, run["mesh"]))
     for member in range(NUM_MEMBERS):
-        assert loss_after[member] < 0.3 * loss_before[member], (member, loss_before,
-                                                                 loss_after)
+        assert loss_after[member] < 0.3 * loss_before[member], (member, loss_before, loss_after)
     # The loss history is the minibatch loss before each step: it fell too.
     assert (history[:, -10:].mean(1) < 0.3 * history[:, :10].mean(1)).all()
 
     # The ensemble prediction is the member average.
     members = eqx.filter_vmap(lambda m: jax.vmap(m)(X_TEST))(end.model)
-    np.testing.assert_allclose(ensembles.predict(end, X_TEST, mesh=run["mesh"]),
-                               np.asarray(members).mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ensembles.predict(end, X_TEST, mesh=run["mesh"]),
+        np.asarray(members).mean(0),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto])
@@ -148,10 +159,19 @@ def test_sgd_training_gives_the_same_bits_on_1_2_and_4_devices():
     results = []
     for n in (1, 2, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        start = ensembles.init_ensemble(make_model, sgd, jax.random.key(0), NUM_MEMBERS,
-                                        mesh=mesh)
-        results.append(ensembles.fit(start, (X, Y), sgd, mse_loss, num_steps=50,
-                                     batch_size=32, key=jax.random.key(1), mesh=mesh))
+        start = ensembles.init_ensemble(make_model, sgd, jax.random.key(0), NUM_MEMBERS, mesh=mesh)
+        results.append(
+            ensembles.fit(
+                start,
+                (X, Y),
+                sgd,
+                mse_loss,
+                num_steps=50,
+                batch_size=32,
+                key=jax.random.key(1),
+                mesh=mesh,
+            )
+        )
     for end, history in results[1:]:
         assert_same_arrays(end, results[0][0])
         np.testing.assert_array_equal(np.asarray(history), np.asarray(results[0][1]))
@@ -175,14 +195,20 @@ def test_per_member_learning_rates(explicit_mesh):
     given = dict(hyperparams)
     key = jax.random.key(3)
 
-    start = ensembles.init_ensemble(make_model, optimizer, key, NUM_MEMBERS,
-                                    hyperparams=hyperparams, mesh=mesh)
+    start = ensembles.init_ensemble(
+        make_model, optimizer, key, NUM_MEMBERS, hyperparams=hyperparams, mesh=mesh
+    )
     np.testing.assert_array_equal(start.opt_state.hyperparams["learning_rate"], rates)
     end, _ = ensembles.fit(start, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
     # The reference: every member at 1e-2 (same structure, so the same compiled programs).
     same = ensembles.init_ensemble(
-        make_model, optimizer, key, NUM_MEMBERS, mesh=mesh,
-        hyperparams={"learning_rate": enn.PerChainValue(jnp.full(NUM_MEMBERS, 1e-2))})
+        make_model,
+        optimizer,
+        key,
+        NUM_MEMBERS,
+        mesh=mesh,
+        hyperparams={"learning_rate": enn.PerChainValue(jnp.full(NUM_MEMBERS, 1e-2))},
+    )
     same_end, _ = ensembles.fit(same, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
 
     moved = flat_params(end.model) - flat_params(start.model)
@@ -206,18 +232,24 @@ def test_per_member_learning_rates(explicit_mesh):
 def test_hyperparameters_that_cannot_be_set_are_refused():
     plain = optax.adam(1e-2)
     with pytest.raises(enn.EnsembleError, match="learning_rate"):
-        ensembles.init_ensemble(make_model, plain, jax.random.key(0), 4,
-                                hyperparams={"learning_rate": 0.1})
+        ensembles.init_ensemble(
+            make_model, plain, jax.random.key(0), 4, hyperparams={"learning_rate": 0.1}
+        )
     scheduled = optax.inject_hyperparams(optax.sgd)(
-        learning_rate=optax.linear_schedule(0.1, 0.0, 10))
+        learning_rate=optax.linear_schedule(0.1, 0.0, 10)
+    )
     with pytest.raises(enn.EnsembleError, match="numeric hyperparameter"):
-        ensembles.init_ensemble(make_model, scheduled, jax.random.key(0), 4,
-                                hyperparams={"learning_rate": 0.1})
+        ensembles.init_ensemble(
+            make_model, scheduled, jax.random.key(0), 4, hyperparams={"learning_rate": 0.1}
+        )
     with pytest.raises(enn.ChainCountError):
         ensembles.init_ensemble(
-            make_model, optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
-            jax.random.key(0), 8, hyperparams={"learning_rate": enn.PerChainValue(
-                jnp.zeros(4))})
+            make_model,
+            optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
+            jax.random.key(0),
+            8,
+            hyperparams={"learning_rate": enn.PerChainValue(jnp.zeros(4))},
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -226,8 +258,9 @@ def test_hyperparameters_that_cannot_be_set_are_refused():
 
 
 def make_posterior():
-    return ensembles.MinibatchPosterior(make_model(jax.random.key(0)), (X, Y),
-                                        gaussian_loglik, prior_scale=1.0)
+    return ensembles.MinibatchPosterior(
+        make_model(jax.random.key(0)), (X, Y), gaussian_loglik, prior_scale=1.0
+    )
 
 
 def test_minibatch_posterior_is_prior_plus_scaled_likelihood():
@@ -238,8 +271,9 @@ def test_minibatch_posterior_is_prior_plus_scaled_likelihood():
     np.testing.assert_array_equal(theta, ravel_pytree(eqx.filter(model, eqx.is_inexact_array))[0])
     assert_same_arrays(posterior.unflatten(theta), model)
     idx = np.array([3, 7, 7, 40])
-    expected = (-0.5 * jnp.sum(theta**2)
-                + NUM_DATA / 4 * gaussian_loglik(model, (X[idx], Y[idx])).sum())
+    expected = (
+        -0.5 * jnp.sum(theta**2) + NUM_DATA / 4 * gaussian_loglik(model, (X[idx], Y[idx])).sum()
+    )
     np.testing.assert_allclose(eqx.filter_jit(posterior)(theta, idx), expected, rtol=1e-5)
 
     # Averaged over every batch of one example, the estimate is the full-data value.
@@ -257,8 +291,7 @@ def test_sgld_step_size_follows_the_optax_schedule(auto_mesh):
     cycle = optax.cosine_decay_schedule(2e-5, 4, alpha=0.1)  # cyclical cosine, period 4
     schedule = optax.join_schedules([cycle, cycle, cycle], boundaries=[4, 8])
     # temperature 0 removes the noise: a step moves by exactly step_size * gradient.
-    sgld = samplers.SGLD(step_size=schedule, batch_size=16, num_data=NUM_DATA,
-                         temperature=0.0)
+    sgld = samplers.SGLD(step_size=schedule, batch_size=16, num_data=NUM_DATA, temperature=0.0)
     posterior = make_posterior()
 
     def trajectory(sampler, logdensity, position, key):
@@ -266,22 +299,23 @@ def test_sgld_step_size_follows_the_optax_schedule(auto_mesh):
 
         def one(state, t):
             new, info = sampler.step(logdensity, state, jax.random.fold_in(key, t))
-            return new, (info.step_size, state.position, state.grad, new.position,
-                         new.count)
+            return new, (info.step_size, state.position, state.grad, new.position, new.count)
 
         return jax.lax.scan(one, state, jnp.arange(num_steps))[1]
 
     start = jax.vmap(posterior.sample_prior)(enn.chain_keys(jax.random.key(1), NUM_MEMBERS))
     step_size, before, grad, after, count = enn.ensemble_map(
-        trajectory, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN), mesh=auto_mesh)(
-        sgld, posterior, start, enn.chain_keys(jax.random.key(2), NUM_MEMBERS))
+        trajectory, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN), mesh=auto_mesh
+    )(sgld, posterior, start, enn.chain_keys(jax.random.key(2), NUM_MEMBERS))
 
     expected = np.asarray(jax.vmap(schedule)(jnp.arange(num_steps)), np.float32)
     assert len(set(expected.round(12).tolist())) > 3  # the schedule really varies
-    np.testing.assert_array_equal(count, np.broadcast_to(np.arange(1, num_steps + 1),
-                                                         (NUM_MEMBERS, num_steps)))
-    np.testing.assert_allclose(step_size, np.broadcast_to(expected, step_size.shape),
-                               rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(
+        count, np.broadcast_to(np.arange(1, num_steps + 1), (NUM_MEMBERS, num_steps))
+    )
+    np.testing.assert_allclose(
+        step_size, np.broadcast_to(expected, step_size.shape), rtol=1e-6, atol=0
+    )
     # The gradients are in the hundreds (64 points, noise 0.1), so a step size off by even
     # a few percent moves a coordinate by far more than float32 rounding of the sum.
     assert np.median(np.abs(grad)) > 10.0
@@ -300,24 +334,40 @@ def test_sg_mcmc_posterior_predictive_beats_the_prior():
     total = num_warmup + num_steps
 
     # SGLD from prior draws (flat positions), with a decaying polynomial step size.
-    start = np.asarray(jax.vmap(posterior.sample_prior)(
-        enn.chain_keys(jax.random.key(1), NUM_MEMBERS)))
+    start = np.asarray(
+        jax.vmap(posterior.sample_prior)(enn.chain_keys(jax.random.key(1), NUM_MEMBERS))
+    )
     start_saved = start.copy()
-    sgld = samplers.SGLD(step_size=optax.polynomial_schedule(1e-5, 1e-6, 0.55, total),
-                         batch_size=16, num_data=NUM_DATA)
+    sgld = samplers.SGLD(
+        step_size=optax.polynomial_schedule(1e-5, 1e-6, 0.55, total),
+        batch_size=16,
+        num_data=NUM_DATA,
+    )
     # SGHMC from (untrained) deep-ensemble members.
     members = ensembles.init_ensemble(make_model, OPTIMIZER, jax.random.key(2), NUM_MEMBERS)
     members_saved = snapshot(members)
-    sghmc = samplers.SGHMC(step_size=optax.polynomial_schedule(3e-5, 3e-6, 0.55, total),
-                           friction=0.1, batch_size=16, num_data=NUM_DATA)
+    sghmc = samplers.SGHMC(
+        step_size=optax.polynomial_schedule(3e-5, 3e-6, 0.55, total),
+        friction=0.1,
+        batch_size=16,
+        num_data=NUM_DATA,
+    )
 
     for sampler, begin, prior in (
         (sgld, start, ensembles.PosteriorDraws.from_positions(posterior, start)),
         (sghmc, members, members),
     ):
         draws, result = ensembles.sample_posterior(
-            sampler, posterior, begin, key=jax.random.key(3), num_steps=num_steps,
-            num_warmup=num_warmup, thin=thin, progress=False, chunk_size=total)
+            sampler,
+            posterior,
+            begin,
+            key=jax.random.key(3),
+            num_steps=num_steps,
+            num_warmup=num_warmup,
+            thin=thin,
+            progress=False,
+            chunk_size=total,
+        )
         name = type(sampler).__name__
         assert (draws.num_chains, draws.num_draws) == (NUM_MEMBERS, num_steps // thin)
         assert int(result.num_divergent.sum()) == 0, name
@@ -348,11 +398,20 @@ def test_user_objects_are_not_modified(explicit_mesh):
     draws = ensembles.PosteriorDraws.from_positions(posterior, jnp.stack([theta] * 4))
     ensembles.predict(draws, X_TEST)
     # The same program as the `trained` fixture (compiled once), on copies of the data.
-    ensemble = ensembles.init_ensemble(make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS,
-                                       mesh=explicit_mesh)
+    ensemble = ensembles.init_ensemble(
+        make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS, mesh=explicit_mesh
+    )
     ensemble_saved = snapshot(ensemble)
-    ensembles.fit(ensemble, (x, y), OPTIMIZER, mse_loss, num_steps=TRAIN_STEPS,
-                  batch_size=32, key=jax.random.key(1), mesh=explicit_mesh)
+    ensembles.fit(
+        ensemble,
+        (x, y),
+        OPTIMIZER,
+        mse_loss,
+        num_steps=TRAIN_STEPS,
+        batch_size=32,
+        key=jax.random.key(1),
+        mesh=explicit_mesh,
+    )
 
     assert_same_arrays(model, model_saved)
     assert model.activation is jax.nn.tanh and model.width_size == 16

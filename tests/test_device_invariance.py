@@ -24,8 +24,9 @@ def outputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("invariance")
     procs = {}
     for n in (1, 2, 4, 8):
-        procs[n] = subprocess.Popen([sys.executable, str(PROGRAM), str(n),
-                                     str(folder / f"{n}.npz")])
+        procs[n] = subprocess.Popen(
+            [sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz")]
+        )
     for n, proc in procs.items():
         assert proc.wait(timeout=300) == 0, f"program failed on {n} devices"
     return {n: dict(np.load(folder / f"{n}.npz")) for n in procs}

@@ -86,13 +86,12 @@ def test_matches_arviz(az, name):
     data = az.convert_to_dataset(x.astype(float))
     # float32 here vs float64 in ArviZ.
     np.testing.assert_allclose(dg.ess(x), az.ess(data, method="bulk").x.values, rtol=2e-3)
-    np.testing.assert_allclose(dg.ess(x, "tail"), az.ess(data, method="tail").x.values,
-                               rtol=2e-3)
+    np.testing.assert_allclose(dg.ess(x, "tail"), az.ess(data, method="tail").x.values, rtol=2e-3)
     if x.shape[0] > 1:  # ArviZ requires two chains for R-hat
-        np.testing.assert_allclose(dg.rhat(x), az.rhat(data, method="rank").x.values,
-                                   rtol=1e-4)
-        np.testing.assert_allclose(dg.split_rhat(x), az.rhat(data, method="split").x.values,
-                                   rtol=1e-4)
+        np.testing.assert_allclose(dg.rhat(x), az.rhat(data, method="rank").x.values, rtol=1e-4)
+        np.testing.assert_allclose(
+            dg.split_rhat(x), az.rhat(data, method="split").x.values, rtol=1e-4
+        )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -194,7 +193,8 @@ def test_nested_rhat_from_moments(draws):
     r = dg.nested_rhat_from_moments(x.mean(1), var, draws, 4)
     np.testing.assert_allclose(r, dg.nested_rhat(x, 4), rtol=1e-5)
     traced = jax.jit(dg.nested_rhat_from_moments, static_argnums=3)(
-        x.mean(1), var, jnp.int32(draws), 4)
+        x.mean(1), var, jnp.int32(draws), 4
+    )
     np.testing.assert_allclose(traced, r, rtol=1e-6)
 
 
@@ -203,8 +203,7 @@ def test_ess_from_moments():
     x = np.asarray(jax.random.normal(jax.random.key(5), (256, 150, 1)))
     y = ar1(256, 150, 1, 0.5, seed=6)
     for draws, expected in ((x, 256 * 150), (y, 256 * 150 / 3)):
-        from_moments = dg.ess_from_moments(draws.mean(1), draws.var(1, ddof=1),
-                                           draws.shape[1])
+        from_moments = dg.ess_from_moments(draws.mean(1), draws.var(1, ddof=1), draws.shape[1])
         np.testing.assert_allclose(from_moments, expected, rtol=0.2)
         np.testing.assert_allclose(from_moments, dg.ess(draws), rtol=0.2)
     # Clipped to the number of draws; identical chains count every draw.
@@ -213,6 +212,7 @@ def test_ess_from_moments():
 
 
 # --- jit and sharding ----------------------------------------------------------------------
+
 
 def all_statistics(x):
     """Every statistic of `(8, 20, event)` draws, in one program (one compilation)."""
@@ -224,9 +224,9 @@ def all_statistics(x):
         "ess_bulk": dg.ess(x),
         "ess_tail": dg.ess(x, "tail"),
         "split_rhat_from_moments": dg.split_rhat_from_moments(
-            halves.mean(1), halves.var(1, ddof=1), 10),
-        "nested_rhat_from_moments": dg.nested_rhat_from_moments(
-            x.mean(1), x.var(1, ddof=1), 20, 2),
+            halves.mean(1), halves.var(1, ddof=1), 10
+        ),
+        "nested_rhat_from_moments": dg.nested_rhat_from_moments(x.mean(1), x.var(1, ddof=1), 20, 2),
         "ess_from_moments": dg.ess_from_moments(x.mean(1), x.var(1, ddof=1), 20),
     }
 
@@ -237,7 +237,6 @@ def test_jit_sharded_matches_unsharded(mesh):
     sharded = jax.device_put(x, NamedSharding(mesh, P("chains")))
     got = jax.jit(all_statistics)(sharded)
     for name in expected:
-        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
     # The eager entry points accept sharded draws too.
     np.testing.assert_allclose(dg.rhat(sharded), expected["rhat"], rtol=1e-5)

@@ -51,27 +51,33 @@ EXAMPLES_PENDING: frozenset[str] = frozenset()
 
 
 def test_blocks_and_markers():
-    text = "\n".join([
-        "# Title",                      # 1
-        "```python",                    # 2
-        "x = 1",                        # 3
-        "```",                          # 4
-        "<!-- no-run -->",              # 5
-        "",                             # 6
-        "```python",                    # 7
-        "raise SystemExit('launcher')",  # 8
-        "```",                          # 9
-        "```bash",                      # 10
-        "echo not python",              # 11
-        "```",                          # 12
-        "```py",                        # 13
-        "y = x + 1",                    # 14
-        "```",                          # 15
-        "![a plot](../generated/a.png) and ![b](generated/b.png)",
-    ])
+    text = "\n".join(
+        [
+            "# Title",  # 1
+            "```python",  # 2
+            "x = 1",  # 3
+            "```",  # 4
+            "<!-- no-run -->",  # 5
+            "",  # 6
+            "```python",  # 7
+            "raise SystemExit('launcher')",  # 8
+            "```",  # 9
+            "```bash",  # 10
+            "echo not python",  # 11
+            "```",  # 12
+            "```py",  # 13
+            "y = x + 1",  # 14
+            "```",  # 15
+            "![a plot](../generated/a.png) and ![b](generated/b.png)",
+        ]
+    )
     found = hooks.blocks(text)
     assert [(b.language, b.line, b.run) for b in found] == [
-        ("python", 3, True), ("python", 8, False), ("bash", 11, False), ("py", 14, True)]
+        ("python", 3, True),
+        ("python", 8, False),
+        ("bash", 11, False),
+        ("py", 14, True),
+    ]
     lines = hooks.script(text).splitlines()
     assert lines[2] == "x = 1" and lines[13] == "y = x + 1"  # page line numbers are kept
     assert "SystemExit" not in hooks.script(text) and "echo" not in hooks.script(text)
@@ -79,13 +85,22 @@ def test_blocks_and_markers():
 
 
 def test_every_tutorial_is_executed():
-    expected = {"getting-started/quickstart.md", "tutorials/partition-roles.md",
-                "tutorials/subclassing.md", "tutorials/optax.md", "tutorials/scaling-out.md",
-                "tutorials/diagnostics.md"}
+    expected = {
+        "getting-started/quickstart.md",
+        "tutorials/partition-roles.md",
+        "tutorials/subclassing.md",
+        "tutorials/optax.md",
+        "tutorials/scaling-out.md",
+        "tutorials/diagnostics.md",
+    }
     assert expected <= set(PAGE_IDS)
     # Blocks that never run are the exception: one launcher in the scaling-out tutorial.
-    skipped = sum(1 for page in DOCS.rglob("*.md")
-                  for b in hooks.blocks(page.read_text()) if b.language == "python" and not b.run)
+    skipped = sum(
+        1
+        for page in DOCS.rglob("*.md")
+        for b in hooks.blocks(page.read_text())
+        if b.language == "python" and not b.run
+    )
     assert skipped <= 2
 
 
@@ -113,15 +128,20 @@ def page_runs():
 def test_page_runs(page_runs, page):
     outcome = page_runs[page]
     assert outcome.returncode == 0, (
-        f"{page} failed after {outcome.seconds:.0f} s:\n{outcome.output[-6000:]}")
+        f"{page} failed after {outcome.seconds:.0f} s:\n{outcome.output[-6000:]}"
+    )
     problem = hooks.check(outcome)  # also records the run for the build's cache
     assert problem is None, problem
 
 
 def test_pictures_are_generated_not_committed():
     linked = {name for page in PAGES for name in hooks.images(page.read_text())}
-    assert {"quickstart-posterior.png", "diagnostics-trace.png", "diagnostics-bias.png",
-            "diagnostics-banana-corner.png"} <= linked
+    assert {
+        "quickstart-posterior.png",
+        "diagnostics-trace.png",
+        "diagnostics-bias.png",
+        "diagnostics-banana-corner.png",
+    } <= linked
     gitignore = (ROOT / ".gitignore").read_text().split()
     assert "/docs/generated/" in gitignore
 
@@ -135,8 +155,9 @@ def _public_names() -> dict[str, object]:
 
     names: dict[str, object] = {f"ensemblenn.{n}": getattr(enn, n) for n in enn.__all__}
     modules: dict[str, types.ModuleType] = {}
-    exported = getattr(samplers, "__all__", None) or [n for n in vars(samplers)
-                                                       if not n.startswith("_")]
+    exported = getattr(samplers, "__all__", None) or [
+        n for n in vars(samplers) if not n.startswith("_")
+    ]
     for name in exported:
         value = getattr(samplers, name)
         if isinstance(value, types.ModuleType):
@@ -147,9 +168,13 @@ def _public_names() -> dict[str, object]:
     for name, module in modules.items():
         exported = getattr(module, "__all__", None)
         if exported is None:  # its own public definitions (or its private submodules')
-            exported = [k for k, v in vars(module).items()
-                        if not k.startswith("_") and not isinstance(v, types.ModuleType)
-                        and str(getattr(v, "__module__", "") or "").startswith(module.__name__)]
+            exported = [
+                k
+                for k, v in vars(module).items()
+                if not k.startswith("_")
+                and not isinstance(v, types.ModuleType)
+                and str(getattr(v, "__module__", "") or "").startswith(module.__name__)
+            ]
         for attribute in exported:
             names[f"samplers.{name}.{attribute}"] = getattr(module, attribute)
     return names
@@ -198,8 +223,10 @@ def _ours(obj: object) -> bool:
     """A class or function defined in this library (not a re-exported alias of another
     library's object, such as `samplers.Hyper = typing.Any`)."""
     module = str(getattr(obj, "__module__", "") or "")
-    return ((inspect.isclass(obj) or callable(obj))
-            and module.split(".")[0] in ("ensemblenn", "samplers"))
+    return (inspect.isclass(obj) or callable(obj)) and module.split(".")[0] in (
+        "ensemblenn",
+        "samplers",
+    )
 
 
 def test_api_directives_resolve():
@@ -207,16 +234,23 @@ def test_api_directives_resolve():
 
 
 def test_public_names_found():
-    assert {"ensemblenn.ensemble_map", "samplers.run", "samplers.LAPS",
-            "samplers.diagnostics.nested_rhat", "samplers.targets.Banana",
-            "samplers.ensembles.fit", "samplers.checkpoint.inspect"} <= set(PUBLIC)
+    assert {
+        "ensemblenn.ensemble_map",
+        "samplers.run",
+        "samplers.LAPS",
+        "samplers.diagnostics.nested_rhat",
+        "samplers.targets.Banana",
+        "samplers.ensembles.fit",
+        "samplers.checkpoint.inspect",
+    } <= set(PUBLIC)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLIC))
 def test_public_name_in_api_pages(name):
     obj = PUBLIC[name]
     assert name in DOCUMENTED_PATHS or any(obj is d for d in DOCUMENTED_OBJECTS), (
-        f"{name} is public but no API page in docs/api/ has '::: {name}'")
+        f"{name} is public but no API page in docs/api/ has '::: {name}'"
+    )
 
 
 def _canonical_names() -> list[str]:
@@ -234,11 +268,15 @@ def _canonical_names() -> list[str]:
 CANONICAL = _canonical_names()
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason="docstring example pending", strict=False))
-    if n in EXAMPLES_PENDING else n
-    for n in CANONICAL
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason="docstring example pending", strict=False))
+        if n in EXAMPLES_PENDING
+        else n
+        for n in CANONICAL
+    ],
+)
 def test_public_name_has_example(name):
     doc = _own_docstring(PUBLIC[name]) or ""
     assert ">>>" in doc or "```" in doc, f"{name}'s docstring has no example (>>> or ```)"
@@ -262,15 +300,21 @@ def test_mkdocs_build_strict(tmp_path, page_runs):
     site = tmp_path / "site"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["NO_MKDOCS_2_WARNING"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     for page in PAGES:
         relative = page.relative_to(DOCS).with_suffix("")
-        html_path = site / ("index.html" if relative.name == "index"
-                            else relative / "index.html")
+        html_path = site / ("index.html" if relative.name == "index" else relative / "index.html")
         html = html_path.read_text()
         for name in hooks.images(page.read_text()):
             assert (site / "generated" / name).is_file(), name
             assert re.search(rf'<img [^>]*src="[./]*generated/{re.escape(name)}"', html), (
-                f"{html_path} does not show {name}")
+                f"{html_path} does not show {name}"
+            )

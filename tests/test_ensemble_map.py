@@ -58,7 +58,8 @@ def test_output_roles_are_inferred(mesh):
         return {"varies": x * 2, "shared": w.sum(), "mean": enn.chain_mean(x), "n": 3}
 
     out = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))(
-        jnp.arange(N * 1.0), jnp.ones(4))
+        jnp.arange(N * 1.0), jnp.ones(4)
+    )
     assert out["varies"].shape == (N,)
     assert out["shared"].shape == () and float(out["shared"]) == 4.0
     assert float(out["mean"]) == pytest.approx(3.5)
@@ -67,17 +68,21 @@ def test_output_roles_are_inferred(mesh):
 
 
 def test_declared_per_chain_output_that_does_not_vary_is_stacked(mesh):
-    f = enn.ensemble_map(lambda x, w: (x, w * 2), mesh=mesh,
-                         in_roles=(enn.PER_CHAIN, enn.BROADCAST),
-                         out_roles=(None, enn.PER_CHAIN))
+    f = enn.ensemble_map(
+        lambda x, w: (x, w * 2),
+        mesh=mesh,
+        in_roles=(enn.PER_CHAIN, enn.BROADCAST),
+        out_roles=(None, enn.PER_CHAIN),
+    )
     _, doubled = f(jnp.zeros(N), jnp.array([1.0, 2.0]))
     assert doubled.shape == (N, 2)
     np.testing.assert_array_equal(doubled, np.tile([2.0, 4.0], (N, 1)))
 
 
 def test_declared_broadcast_output_that_varies_is_an_error(mesh):
-    f = enn.ensemble_map(lambda x: {"y": x + 1}, mesh=mesh, in_roles=enn.PER_CHAIN,
-                         out_roles={"y": enn.BROADCAST})
+    f = enn.ensemble_map(
+        lambda x: {"y": x + 1}, mesh=mesh, in_roles=enn.PER_CHAIN, out_roles={"y": enn.BROADCAST}
+    )
     with pytest.raises(enn.OutputRoleError, match=r"output\['y'\].*differs from chain"):
         f(jnp.zeros(N))
 
@@ -94,20 +99,23 @@ def test_context_mesh_is_used_when_mesh_is_none(mesh):
     with jax.set_mesh(mesh):
         out = enn.ensemble_map(lambda x: x * 2, in_roles=enn.PER_CHAIN)(jnp.arange(N * 1.0))
         jitted = jax.jit(enn.ensemble_map(lambda x: x * 2, in_roles=enn.PER_CHAIN))(
-            jnp.arange(N * 1.0))
+            jnp.arange(N * 1.0)
+        )
     assert out.sharding.mesh.axis_types == mesh.axis_types
     np.testing.assert_array_equal(jitted, np.arange(N) * 2.0)
 
 
 def test_default_mesh_spans_all_devices():
     out = enn.ensemble_map(lambda x: x + enn.chain_index(), in_roles=enn.PER_CHAIN)(
-        jnp.zeros(N, jnp.int32))
+        jnp.zeros(N, jnp.int32)
+    )
     assert len(out.sharding.device_set) == jax.device_count()
     assert out.tolist() == list(range(N))
 
 
-@pytest.mark.parametrize("kind", ["numpy", "uncommitted", "one_device", "other_sharding",
-                                  "replicated"])
+@pytest.mark.parametrize(
+    "kind", ["numpy", "uncommitted", "one_device", "other_sharding", "replicated"]
+)
 def test_inputs_are_placed_first(mesh, kind):
     base = np.arange(N * 2.0, dtype=np.float32).reshape(N, 2)
     if kind == "numpy":
@@ -122,8 +130,9 @@ def test_inputs_are_placed_first(mesh, kind):
     else:
         x = jax.device_put(base, NamedSharding(mesh, P()))
     w = jax.device_put(np.ones(2, np.float32), jax.devices()[1])
-    f = enn.ensemble_map(lambda x, w: x * w + enn.chain_mean(x), mesh=mesh,
-                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    f = enn.ensemble_map(
+        lambda x, w: x * w + enn.chain_mean(x), mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST)
+    )
     out = f(x, w)
     np.testing.assert_allclose(out, base + base.mean(0), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(x), base)  # the input is untouched
@@ -180,8 +189,11 @@ def _execute_cache_size():
 
 def test_chain_count_not_divisible_by_devices(mesh):
     f = enn.ensemble_map(lambda x: x, mesh=mesh, in_roles=enn.PER_CHAIN)
-    with pytest.raises(enn.ChainCountError, match=r"10 chains.*4 devices.*args\[0\].*"
-                                                  r"float32\[10\]"):
+    with pytest.raises(
+        enn.ChainCountError,
+        match=r"10 chains.*4 devices.*args\[0\].*"
+        r"float32\[10\]",
+    ):
         f(jnp.zeros(10))
 
 
@@ -217,12 +229,12 @@ def test_broadcast_inputs_are_placed_once_while_alive(explicit_mesh):
 
     shift = jnp.arange(3.0)  # uncommitted, on one device
     captured = jnp.full(3, 10.0)
-    f = enn.ensemble_map(lambda x, s: x + s + captured, mesh=explicit_mesh,
-                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    f = enn.ensemble_map(
+        lambda x, s: x + s + captured, mesh=explicit_mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST)
+    )
     x = jnp.zeros((8, 3))
     first = f(x, shift)
-    copies = {i: entry[1] for i, entry in _mesh._PLACED.items()
-              if i in (id(shift), id(captured))}
+    copies = {i: entry[1] for i, entry in _mesh._PLACED.items() if i in (id(shift), id(captured))}
     assert len(copies) == 2
     second = f(x, shift)
     assert all(_mesh._PLACED[i][1] is copy for i, copy in copies.items())  # reused
@@ -238,8 +250,9 @@ def test_placing_inside_a_trace_is_not_reused_later(explicit_mesh):
     """A broadcast array first met inside jax.eval_shape / jax.jit is placed as a tracer
     there; that copy must not be kept (it would leak into the next eager call)."""
     shift = jnp.arange(3.0)
-    f = enn.ensemble_map(lambda x, s: x + s, mesh=explicit_mesh,
-                         in_roles=(enn.PER_CHAIN, enn.BROADCAST))
+    f = enn.ensemble_map(
+        lambda x, s: x + s, mesh=explicit_mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST)
+    )
     x = jnp.zeros((8, 3))
     assert jax.eval_shape(lambda: f(x, shift)).shape == (8, 3)
     compiled = jax.jit(lambda x: f(x, shift)).lower(x).compile()

@@ -18,13 +18,15 @@ import samplers
 
 # A fixed correlated 5-d Gaussian: correlations up to ~0.8, variances 1 to ~4.5,
 # condition number ~60.
-_L = np.array([
-    [1.0, 0.0, 0.0, 0.0, 0.0],
-    [0.9, 0.5, 0.0, 0.0, 0.0],
-    [0.3, -0.5, 1.5, 0.0, 0.0],
-    [0.0, 0.4, 0.2, 0.7, 0.0],
-    [-0.6, 0.1, 0.3, 0.2, 2.0],
-])
+_L = np.array(
+    [
+        [1.0, 0.0, 0.0, 0.0, 0.0],
+        [0.9, 0.5, 0.0, 0.0, 0.0],
+        [0.3, -0.5, 1.5, 0.0, 0.0],
+        [0.0, 0.4, 0.2, 0.7, 0.0],
+        [-0.6, 0.1, 0.3, 0.2, 2.0],
+    ]
+)
 COV = _L @ _L.T
 PRECISION = jnp.asarray(np.linalg.inv(COV), jnp.float32)
 SD = np.sqrt(np.diag(COV))
@@ -55,8 +57,18 @@ def _gaussian_errors(sampler, mesh):
     standard error of a mean is ~0.02 sd and of a covariance entry ~0.03 sd_i sd_j.
     """
     x0 = 1.0 + 2.0 * jax.random.normal(jax.random.key(0), (64, 5))
-    result = samplers.run(sampler, gaussian, x0, key=jax.random.key(1), num_steps=2000,
-                          num_warmup=500, mesh=mesh, progress=False, thin=5, chunk_size=1250)
+    result = samplers.run(
+        sampler,
+        gaussian,
+        x0,
+        key=jax.random.key(1),
+        num_steps=2000,
+        num_warmup=500,
+        mesh=mesh,
+        progress=False,
+        thin=5,
+        chunk_size=1250,
+    )
     draws = np.asarray(result.trace).reshape(-1, 5)
     mean_error = np.abs(np.asarray(result.diagnostics.mean)) / SD
     cov_error = np.abs(np.cov(draws.T) - COV) / np.outer(SD, SD)
@@ -64,8 +76,9 @@ def _gaussian_errors(sampler, mesh):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler", [samplers.Stretch(a=2.0), samplers.DifferentialEvolution()],
-                         ids=["stretch", "de"])
+@pytest.mark.parametrize(
+    "sampler", [samplers.Stretch(a=2.0), samplers.DifferentialEvolution()], ids=["stretch", "de"]
+)
 def test_correlated_gaussian_moments(sampler, explicit_mesh):
     """Mean within 0.1 sd and covariance within 0.1 sd_i sd_j (~5 standard errors for the
     stretch move, more for DE, which mixes faster here; observed maxima 0.026 for Stretch,
@@ -85,8 +98,9 @@ def test_gaussian_check_catches_missing_jacobian(explicit_mesh):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler", [samplers.Stretch(a=2.0), samplers.DifferentialEvolution()],
-                         ids=["stretch", "de"])
+@pytest.mark.parametrize(
+    "sampler", [samplers.Stretch(a=2.0), samplers.DifferentialEvolution()], ids=["stretch", "de"]
+)
 def test_rosenbrock_moments(sampler, explicit_mesh):
     """Rosenbrock with 2 pairs (dim 4, Q = 0.1) against its exact moments.
 
@@ -103,8 +117,16 @@ def test_rosenbrock_moments(sampler, explicit_mesh):
     """
     target = samplers.targets.Rosenbrock(num_pairs=2)
     x0 = jax.vmap(target.sample)(jax.random.split(jax.random.key(2), 256))
-    result = samplers.run(sampler, target, x0, key=jax.random.key(3), num_steps=4000,
-                          num_warmup=1000, mesh=explicit_mesh, progress=False)
+    result = samplers.run(
+        sampler,
+        target,
+        x0,
+        key=jax.random.key(3),
+        num_steps=4000,
+        num_warmup=1000,
+        mesh=explicit_mesh,
+        progress=False,
+    )
     d = result.diagnostics
     assert float(d.bias_squared_max) < 0.01
     error = np.abs(np.asarray(d.mean) - np.asarray(target.reference.mean))
@@ -125,8 +147,18 @@ def _first_step_everywhere(sampler, meshes):
     on fewer devices too (blocked per-walker arithmetic), then returns the positions
     before and after the first step (1-d)."""
     traces = [
-        np.asarray(samplers.run(sampler, flat, BLOCKS, key=jax.random.key(4), num_steps=5,
-                                mesh=m, progress=False, thin=1).trace)[..., 0]
+        np.asarray(
+            samplers.run(
+                sampler,
+                flat,
+                BLOCKS,
+                key=jax.random.key(4),
+                num_steps=5,
+                mesh=m,
+                progress=False,
+                thin=1,
+            ).trace
+        )[..., 0]
         for m in meshes
     ]
     assert traces[0].shape == (16, 5)
@@ -144,8 +176,9 @@ def test_stretch_uses_the_other_half_of_the_whole_ensemble(explicit_mesh, auto_m
     likewise for some *updated* first-half walker."""
     a = 2.0
     # Complements are chosen by global chain index, so 2 devices give the same draws.
-    two = jax.make_mesh((2,), ("chains",), axis_types=(AxisType.Explicit,),
-                        devices=jax.devices()[:2])
+    two = jax.make_mesh(
+        (2,), ("chains",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:2]
+    )
     x, y = _first_step_everywhere(samplers.Stretch(a=a), (explicit_mesh, auto_mesh, two))
     assert np.all(np.abs(y - x) > 1e-6), y
 
@@ -157,8 +190,7 @@ def test_stretch_uses_the_other_half_of_the_whole_ensemble(explicit_mesh, auto_m
     assert all(explained(y[i], x[i], y[:8]) for i in range(8, 16))
 
 
-def test_differential_evolution_uses_the_other_half_of_the_whole_ensemble(explicit_mesh,
-                                                                          auto_mesh):
+def test_differential_evolution_uses_the_other_half_of_the_whole_ensemble(explicit_mesh, auto_mesh):
     """With `sigma = 0`, `gamma = 1` a first-half walker moves by a difference of two
     second-half walkers, here 0 or ±4 (devices 2-3 sit at 3 and 7), and a second-half
     walker by a difference of two updated first-half walkers. A local-only complement
@@ -166,28 +198,40 @@ def test_differential_evolution_uses_the_other_half_of_the_whole_ensemble(explic
     sampler = samplers.DifferentialEvolution(gamma=1.0, sigma=0.0)
     x, y = _first_step_everywhere(sampler, (explicit_mesh, auto_mesh))
     first, second = y[:8] - x[:8], y[8:] - x[8:]
-    np.testing.assert_allclose(np.min(np.abs(first[:, None] - [-4.0, 0.0, 4.0]), axis=1), 0,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.min(np.abs(first[:, None] - [-4.0, 0.0, 4.0]), axis=1), 0, atol=1e-6
+    )
     assert np.any(first != 0) and np.any(second != 0)
     differences = (y[:8, None] - y[None, :8]).ravel()
-    np.testing.assert_allclose(np.min(np.abs(second[:, None] - differences), axis=1), 0,
-                               atol=1e-5)
+    np.testing.assert_allclose(np.min(np.abs(second[:, None] - differences), axis=1), 0, atol=1e-5)
 
 
-@pytest.mark.parametrize("sampler", [samplers.Stretch(), samplers.DifferentialEvolution()],
-                         ids=["stretch", "de"])
+@pytest.mark.parametrize(
+    "sampler", [samplers.Stretch(), samplers.DifferentialEvolution()], ids=["stretch", "de"]
+)
 @pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto])
 @pytest.mark.parametrize("devices,num_walkers", [(1, 5), (1, 2), (3, 9), (2, 2)])
 def test_bad_walker_count(sampler, devices, num_walkers, kind):
     """An odd count or fewer than 4 walkers is refused at initialisation, by name, on one
     device and on several (counts that divide the mesh, so that ensemble_map itself lets
     them through: 9 walkers on 3 devices, 2 on 2)."""
-    mesh = jax.make_mesh((devices,), ("chains",), axis_types=(kind,),
-                         devices=jax.devices()[:devices])
-    with pytest.raises(enn.EnsembleError, match=rf"even number of walkers >= 4; got "
-                                                 rf"{num_walkers}"):
-        samplers.run(sampler, flat, jnp.zeros((num_walkers, 2)), key=jax.random.key(0),
-                     num_steps=1, mesh=mesh, progress=False)
+    mesh = jax.make_mesh(
+        (devices,), ("chains",), axis_types=(kind,), devices=jax.devices()[:devices]
+    )
+    with pytest.raises(
+        enn.EnsembleError,
+        match=rf"even number of walkers >= 4; got "
+        rf"{num_walkers}",
+    ):
+        samplers.run(
+            sampler,
+            flat,
+            jnp.zeros((num_walkers, 2)),
+            key=jax.random.key(0),
+            num_steps=1,
+            mesh=mesh,
+            progress=False,
+        )
 
 
 def test_bad_hyperparameters_and_step_outside_the_ensemble():
@@ -216,8 +260,9 @@ def _one_step(kernels, logdensity, position, key):
     return infos
 
 
-_one_step_all = enn.ensemble_map(_one_step, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
-                                 out_roles=enn.PER_CHAIN)
+_one_step_all = enn.ensemble_map(
+    _one_step, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN), out_roles=enn.PER_CHAIN
+)
 
 
 def test_hyperparameters_per_chain_and_scheduled(explicit_mesh):
@@ -225,9 +270,11 @@ def test_hyperparameters_per_chain_and_scheduled(explicit_mesh):
     (reported as `Info.step_size`); DE's default gamma is 2.38 / sqrt(2 d); no gradients,
     the count advances."""
     a = enn.PerChainValue(jnp.linspace(1.5, 5.0, 8))
-    kernels = (samplers.Stretch(a=a),
-               samplers.DifferentialEvolution(gamma=optax.linear_schedule(0.7, 0.1, 10)),
-               samplers.DifferentialEvolution())
+    kernels = (
+        samplers.Stretch(a=a),
+        samplers.DifferentialEvolution(gamma=optax.linear_schedule(0.7, 0.1, 10)),
+        samplers.DifferentialEvolution(),
+    )
     x0 = jax.random.normal(jax.random.key(8), (8, 5))
     with jax.set_mesh(explicit_mesh):
         steps = _one_step_all(kernels, gaussian, x0, enn.chain_keys(jax.random.key(9), 8))

@@ -29,8 +29,10 @@ def test_is_batched_over_under_an_outer_vmap():
         seen["w"] = _jax_private.is_batched_over(w, "inner")
         return x + w
 
-    outer = jax.vmap(lambda w: jax.vmap(inner, in_axes=(0, None), axis_name="inner")(
-        jnp.ones((3, 2)), w), axis_name="outer")
+    outer = jax.vmap(
+        lambda w: jax.vmap(inner, in_axes=(0, None), axis_name="inner")(jnp.ones((3, 2)), w),
+        axis_name="outer",
+    )
     outer(jnp.ones((4, 2)))
     assert seen == {"w": False}  # mapped by the outer vmap, not by ours
 

@@ -36,12 +36,14 @@ def quartic(x):
 def _chains(kernel, logdensity, position, key, num_steps):
     k_init, k_steps = jax.random.split(key)
     state = kernel.init(logdensity, position, k_init)
-    return jax.lax.scan(lambda s, k: kernel.step(logdensity, s, k), state,
-                        jax.random.split(k_steps, num_steps))
+    return jax.lax.scan(
+        lambda s, k: kernel.step(logdensity, s, k), state, jax.random.split(k_steps, num_steps)
+    )
 
 
 _run_chains = enn.ensemble_map(
-    _chains, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN, None), out_roles=enn.PER_CHAIN)
+    _chains, in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN, None), out_roles=enn.PER_CHAIN
+)
 
 
 def run_chains(kernel, logdensity, positions, key, num_steps):
@@ -84,18 +86,37 @@ PER_CHAIN_STEP = jnp.linspace(0.3, 0.8, NUM_EXACT)  # HMC step size of each chai
 
 # name: (kernel, steps, step size chain c used at step t, gradients per step)
 EXACT = {
-    "random_walk_schedule": (samplers.RandomWalk(step_size=SCHEDULE), 10,
-                             lambda t, c: SCHEDULE(t), 0),
+    "random_walk_schedule": (
+        samplers.RandomWalk(step_size=SCHEDULE),
+        10,
+        lambda t, c: SCHEDULE(t),
+        0,
+    ),
     "mala": (samplers.MALA(step_size=0.9), 10, lambda t, c: 0.9, 1),
-    "hmc_dense_per_chain": (samplers.HMC(step_size=enn.PerChainValue(PER_CHAIN_STEP),
-                                         num_integration_steps=5, inverse_mass_matrix=COV),
-                            10, lambda t, c: PER_CHAIN_STEP[c], 5),
-    "hmc_diag_jitter": (samplers.HMC(step_size=0.5, num_integration_steps=5,
-                                     inverse_mass_matrix=jnp.diag(COV), jitter=True),
-                        10, lambda t, c: 0.5, None),
-    "ghmc_dense_schedule": (samplers.GHMC(step_size=GHMC_SCHEDULE, momentum_persistence=0.8,
-                                          inverse_mass_matrix=COV),
-                            20, lambda t, c: GHMC_SCHEDULE(t), 1),
+    "hmc_dense_per_chain": (
+        samplers.HMC(
+            step_size=enn.PerChainValue(PER_CHAIN_STEP),
+            num_integration_steps=5,
+            inverse_mass_matrix=COV,
+        ),
+        10,
+        lambda t, c: PER_CHAIN_STEP[c],
+        5,
+    ),
+    "hmc_diag_jitter": (
+        samplers.HMC(
+            step_size=0.5, num_integration_steps=5, inverse_mass_matrix=jnp.diag(COV), jitter=True
+        ),
+        10,
+        lambda t, c: 0.5,
+        None,
+    ),
+    "ghmc_dense_schedule": (
+        samplers.GHMC(step_size=GHMC_SCHEDULE, momentum_persistence=0.8, inverse_mass_matrix=COV),
+        20,
+        lambda t, c: GHMC_SCHEDULE(t),
+        1,
+    ),
 }
 
 
@@ -132,10 +153,14 @@ def test_kernel_keeps_exact_draws_exact(name, exact_draws):
         np.testing.assert_allclose(state.grad, grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kernel", [MALANoCorrection(step_size=0.9),
-                                    HMCWrongMomentum(step_size=0.5, num_integration_steps=5,
-                                                     inverse_mass_matrix=COV)],
-                         ids=["mala_no_correction", "hmc_wrong_momentum"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        MALANoCorrection(step_size=0.9),
+        HMCWrongMomentum(step_size=0.5, num_integration_steps=5, inverse_mass_matrix=COV),
+    ],
+    ids=["mala_no_correction", "hmc_wrong_momentum"],
+)
 def test_exactness_check_catches_a_wrong_acceptance_ratio(kernel, exact_draws):
     state, _ = run_chains(kernel, gaussian, exact_draws, jax.random.key(1), 10)
     z = moment_z_scores(state.position)
@@ -155,8 +180,9 @@ def test_mala_correction_equals_one_step_hmc_energy_error():
         proposed = mala.proposal(kz, x, grad, jnp.int32(0))
         momentum = jax.random.normal(kz, (5,))
         x1, p1, logp1, grad1 = leapfrog(vg, x, momentum, grad, 0.7, 1.0, 1)
-        correction = (mala.log_proposal_density(x, x1, grad1, 0)
-                      - mala.log_proposal_density(x1, x, grad, 0))
+        correction = mala.log_proposal_density(x, x1, grad1, 0) - mala.log_proposal_density(
+            x1, x, grad, 0
+        )
         kinetic_change = kinetic_energy(momentum, 1.0) - kinetic_energy(p1, 1.0)
         return proposed, x1, correction, kinetic_change
 
@@ -198,21 +224,28 @@ def test_momentum_covariance_is_the_mass_matrix(form):
     inverse_mass = {"scalar": jnp.float32(0.25), "diagonal": jnp.diag(COV), "dense": COV}[form]
     keys = jax.random.split(jax.random.key(4), 20000)
     p = jax.vmap(lambda k: sample_momentum(k, jnp.zeros(2), inverse_mass))(keys)
-    mass = {"scalar": 4.0 * jnp.eye(2), "diagonal": jnp.diag(1 / jnp.diag(COV)),
-            "dense": PRECISION}[form]
+    mass = {
+        "scalar": 4.0 * jnp.eye(2),
+        "diagonal": jnp.diag(1 / jnp.diag(COV)),
+        "dense": PRECISION,
+    }[form]
     np.testing.assert_allclose(jnp.cov(p.T), mass, atol=0.04 * float(jnp.max(mass)))
 
 
 def test_rejection_keeps_the_state_and_reports_a_divergence():
     """A step far too large: every kernel rejects, keeps position, log-density and gradient,
     counts the step, and flags the divergence; GHMC reverses its momentum."""
+
     def nan_outside(x):  # NaN beyond |x| > 3 (a broken model): must be a rejection
         return jnp.where(jnp.all(jnp.abs(x) < 3), -0.5 * jnp.sum(x**2), jnp.nan)
 
     x = jnp.full((4,), 0.5)
-    kernels = [samplers.RandomWalk(step_size=1e3), samplers.MALA(step_size=50.0),
-               samplers.HMC(step_size=50.0, num_integration_steps=3),
-               samplers.GHMC(step_size=50.0, momentum_persistence=1.0)]
+    kernels = [
+        samplers.RandomWalk(step_size=1e3),
+        samplers.MALA(step_size=50.0),
+        samplers.HMC(step_size=50.0, num_integration_steps=3),
+        samplers.GHMC(step_size=50.0, momentum_persistence=1.0),
+    ]
     cases = [(k, nan_outside) for k in kernels]
     cases.append((kernels[2], lambda z: -0.5 * jnp.sum(z**2)))  # finite, energy error > 1000
 
@@ -246,8 +279,6 @@ def test_ghmc_takes_exactly_one_of_persistence_and_damping():
     np.testing.assert_allclose(alpha, np.exp(-0.4), rtol=1e-6)
 
 
-
-
 # --- through the driver, sharded over the 4-device mesh ------------------------------------
 
 ILL = samplers.targets.IllConditionedGaussian(dim=10, condition_number=100.0)  # variances 1..100
@@ -268,21 +299,27 @@ class Recording(samplers.Sampler):
 
     def init(self, logdensity, position, key):
         s = self.inner.init(logdensity, position, key)
-        return RecordingState(s.position, s.logdensity, s.count, s,
-                              samplers.unadjusted_info(num_grads=0), jnp.float32(0))
+        return RecordingState(
+            s.position,
+            s.logdensity,
+            s.count,
+            s,
+            samplers.unadjusted_info(num_grads=0),
+            jnp.float32(0),
+        )
 
     def step(self, logdensity, state, key):
         s, info = self.inner.step(logdensity, state.inner, key)
-        return RecordingState(s.position, s.logdensity, s.count, s, info,
-                              state.step_size_sum + info.step_size), info
+        return RecordingState(
+            s.position, s.logdensity, s.count, s, info, state.step_size_sum + info.step_size
+        ), info
 
 
 # name: (kernel, warmup steps, sampling steps, acceptance band)
 TARGET_RUNS = {
     "random_walk": (samplers.RandomWalk(step_size=0.7), 500, 1000, (0.3, 0.9)),
     "mala": (samplers.MALA(step_size=1.3), 150, 300, (0.4, 0.95)),
-    "hmc": (samplers.HMC(step_size=1.1, num_integration_steps=8, jitter=True), 30, 70,
-            (0.4, 0.95)),
+    "hmc": (samplers.HMC(step_size=1.1, num_integration_steps=8, jitter=True), 30, 70, (0.4, 0.95)),
     "ghmc": (samplers.GHMC(step_size=1.0, damping=0.1), 150, 300, (0.4, 0.95)),
 }
 
@@ -292,9 +329,17 @@ TARGET_RUNS = {
 def test_reaches_ill_conditioned_gaussian(name, explicit_mesh):
     """10-d Gaussian, condition number 100, 256 chains from N(0, I): b² of E[x²] < 0.05."""
     kernel, warmup, steps, (low, high) = TARGET_RUNS[name]
-    result = samplers.run(kernel, ILL, X0, key=jax.random.key(11), num_steps=steps,
-                          num_warmup=warmup, mesh=explicit_mesh, progress=False,
-                          chunk_size=steps)  # one compiled chunk per phase
+    result = samplers.run(
+        kernel,
+        ILL,
+        X0,
+        key=jax.random.key(11),
+        num_steps=steps,
+        num_warmup=warmup,
+        mesh=explicit_mesh,
+        progress=False,
+        chunk_size=steps,
+    )  # one compiled chunk per phase
     assert float(result.diagnostics.bias_squared_max) < 0.05
     assert low < float(result.acceptance_rate.mean()) < high
     assert int(result.num_divergent.sum()) == 0
@@ -310,8 +355,16 @@ def test_reaches_ill_conditioned_gaussian(name, explicit_mesh):
 def test_per_chain_step_sizes_are_used_and_order_acceptance(explicit_mesh):
     step_sizes = jnp.geomspace(0.2, 3.0, 256)  # chain c uses step_sizes[c]
     kernel = Recording(samplers.MALA(step_size=enn.PerChainValue(step_sizes)))
-    result = samplers.run(kernel, ILL, X0, key=jax.random.key(12), num_steps=100,
-                          mesh=explicit_mesh, progress=False, chunk_size=100)
+    result = samplers.run(
+        kernel,
+        ILL,
+        X0,
+        key=jax.random.key(12),
+        num_steps=100,
+        mesh=explicit_mesh,
+        progress=False,
+        chunk_size=100,
+    )
     np.testing.assert_allclose(result.state.last.step_size, step_sizes, rtol=1e-6)
     np.testing.assert_allclose(result.state.step_size_sum, 100 * step_sizes, rtol=1e-5)
     # Acceptance falls with the step size: means over 8 groups of 32 consecutive chains.
@@ -323,10 +376,19 @@ def test_per_chain_step_sizes_are_used_and_order_acceptance(explicit_mesh):
 def test_optax_schedules_are_followed_through_run(explicit_mesh):
     step_size = optax.exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
     num_integration_steps = optax.piecewise_constant_schedule(2.0, {25: 2.0})  # 2, then 4
-    kernel = Recording(samplers.HMC(step_size=step_size,
-                                    num_integration_steps=num_integration_steps))
-    result = samplers.run(kernel, ILL, X0, key=jax.random.key(13), num_steps=50,
-                          mesh=explicit_mesh, progress=False, chunk_size=50)
+    kernel = Recording(
+        samplers.HMC(step_size=step_size, num_integration_steps=num_integration_steps)
+    )
+    result = samplers.run(
+        kernel,
+        ILL,
+        X0,
+        key=jax.random.key(13),
+        num_steps=50,
+        mesh=explicit_mesh,
+        progress=False,
+        chunk_size=50,
+    )
     used = np.asarray(jax.vmap(step_size)(jnp.arange(50)), np.float32)
     np.testing.assert_allclose(result.state.last.step_size, np.full(256, used[-1]), rtol=1e-6)
     np.testing.assert_allclose(result.state.step_size_sum, np.full(256, used.sum()), rtol=1e-5)
@@ -348,8 +410,16 @@ def test_user_subclass_proposal_runs_sharded(mesh):
     mask = jnp.arange(10) < 5
     kernel = MaskedWalk(1.0, mask.astype(jnp.float32))
     start = jax.vmap(ILL.sample)(jax.random.split(jax.random.key(15), 256))  # exact draws
-    result = samplers.run(kernel, ILL, start, key=jax.random.key(14), num_steps=300,
-                          mesh=mesh, progress=False, chunk_size=300)
+    result = samplers.run(
+        kernel,
+        ILL,
+        start,
+        key=jax.random.key(14),
+        num_steps=300,
+        mesh=mesh,
+        progress=False,
+        chunk_size=300,
+    )
     final = np.asarray(result.state.position)
     np.testing.assert_array_equal(final[:, 5:], np.asarray(start)[:, 5:])  # never proposed
     assert np.mean(final[:, :5] != np.asarray(start)[:, :5]) > 0.95

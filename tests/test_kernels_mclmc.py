@@ -48,9 +48,12 @@ def run_chains(kernel, logdensity, positions, key, num_steps, mesh=None, record=
     if mesh is None:
         fn = eqx.filter_jit(jax.vmap(chain, in_axes=(None, None, 0, 0)))
     else:
-        fn = enn.ensemble_map(chain, mesh=mesh, in_roles=(None, None, enn.PER_CHAIN,
-                                                          enn.PER_CHAIN),
-                              out_roles=enn.PER_CHAIN)
+        fn = enn.ensemble_map(
+            chain,
+            mesh=mesh,
+            in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+            out_roles=enn.PER_CHAIN,
+        )
     return fn(kernel, logdensity, positions, keys)
 
 
@@ -69,8 +72,7 @@ def test_velocity_update_solves_the_isokinetic_ode_and_keeps_unit_norm():
         u_plus, _ = iso.isokinetic_velocity_update(u, grad, h, imm)
         u_minus, _ = iso.isokinetic_velocity_update(u, grad, -h, imm)
         expected = (g - jnp.dot(u, g) * u) / (DIM - 1)
-        np.testing.assert_allclose((u_plus - u_minus) / (2 * h), expected, rtol=1e-6,
-                                   atol=1e-8)
+        np.testing.assert_allclose((u_plus - u_minus) / (2 * h), expected, rtol=1e-6, atol=1e-8)
         # The kinetic change grows at rate |g| cos(angle(u, g)) = u.g (so the total energy
         # K - log p is conserved by the exact flow, where dx/dt = sqrt(m) u).
         _, dk_plus = iso.isokinetic_velocity_update(u, grad, h, imm)
@@ -84,8 +86,9 @@ def test_velocity_update_solves_the_isokinetic_ode_and_keeps_unit_norm():
         np.testing.assert_allclose(k1 + k2, k3, rtol=1e-12)
     # float32 with huge steps: still finite and unit norm (no cosh/sinh overflow).
     for step in [1e-3, 1.0, 1e2, 1e4]:
-        new_u, dk = iso.isokinetic_velocity_update(u.astype(jnp.float32),
-                                                   grad.astype(jnp.float32), step)
+        new_u, dk = iso.isokinetic_velocity_update(
+            u.astype(jnp.float32), grad.astype(jnp.float32), step
+        )
         assert bool(jnp.isfinite(dk))
         np.testing.assert_allclose(jnp.linalg.norm(new_u), 1.0, atol=1e-6)
 
@@ -103,8 +106,9 @@ def test_integrators_keep_unit_velocity_and_count_gradients(name, grads):
         return -0.5 * (x[0] ** 2 / 4 + jnp.sum((x[1:] - 0.3 * x[0] ** 2) ** 2))
 
     x = jnp.ones(DIM)
-    state = iso.IntegratorState(x, iso.random_unit_vector(jax.random.key(1), DIM),
-                                banana(x), jax.grad(banana)(x))
+    state = iso.IntegratorState(
+        x, iso.random_unit_vector(jax.random.key(1), DIM), banana(x), jax.grad(banana)(x)
+    )
     calls.clear()
     iso.get_integrator(name)(banana, state, 0.1)  # eager: counts evaluations
     assert len(calls) == grads
@@ -114,6 +118,7 @@ def test_integrators_keep_unit_velocity_and_count_gradients(name, grads):
         def body(s, _):
             s, _ = integrator(banana, s, 0.2, jnp.linspace(0.5, 2.0, DIM))
             return s, jnp.linalg.norm(s.velocity)
+
         return jax.lax.scan(body, state, None, length=300)
 
     final, norms = many(state)
@@ -131,10 +136,12 @@ def test_adjusted_energy_error_vanishes_at_the_integrator_order(name, order):
         errors = []
         for eps in [0.4, 0.2, 0.1, 0.05]:
             # Array hyperparameters are traced: one compilation serves every step size.
-            kernel = samplers.AdjustedMCLMC(step_size=jnp.asarray(eps),
-                                            num_integration_steps=jnp.asarray(round(2.0 / eps)),
-                                            inverse_mass_matrix=SIGMA**2 * 1.3,
-                                            integrator=name)
+            kernel = samplers.AdjustedMCLMC(
+                step_size=jnp.asarray(eps),
+                num_integration_steps=jnp.asarray(round(2.0 / eps)),
+                inverse_mass_matrix=SIGMA**2 * 1.3,
+                integrator=name,
+            )
             _, info = step(kernel, kernel.init(gaussian_logdensity, x0, key))
             errors.append(abs(float(info.energy_change)))
         slopes = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
@@ -165,8 +172,7 @@ def _invariance_statistics(kernel, mesh):
     """
     n = NUM_INVARIANCE_CHAINS
     x0 = SIGMA * jax.random.normal(jax.random.key(10), (n, DIM))
-    final, info = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(11), 10,
-                             mesh=mesh)
+    final, info = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(11), 10, mesh=mesh)
     z = np.asarray(final.position / SIGMA)
     z_mean = z.mean(0) * math.sqrt(n)
     z_second = ((z**2).mean(0) - 1.0) / math.sqrt(2.0 / n)
@@ -180,9 +186,12 @@ IMM = SIGMA**2 * jnp.linspace(0.7, 1.5, DIM)
 
 @pytest.mark.parametrize("L_proposal_factor", [math.inf, 1.25])
 def test_adjusted_mclmc_leaves_a_gaussian_invariant(explicit_mesh, L_proposal_factor):
-    kernel = samplers.AdjustedMCLMC(step_size=5.0, num_integration_steps=5,
-                                    inverse_mass_matrix=IMM,
-                                    L_proposal_factor=L_proposal_factor)
+    kernel = samplers.AdjustedMCLMC(
+        step_size=5.0,
+        num_integration_steps=5,
+        inverse_mass_matrix=IMM,
+        L_proposal_factor=L_proposal_factor,
+    )
     z_mean, z_second, z_pooled, acceptance = _invariance_statistics(kernel, explicit_mesh)
     # The step is large enough that the Metropolis test matters (many rejections) ...
     assert 0.5 < acceptance < 0.95
@@ -207,11 +216,18 @@ def test_mclmc_small_step_second_moments_are_close_to_exact(preconditioned):
     """Time-and-ensemble average of x^2 over 200 steps of 1024 chains, step 0.5, L=3."""
     n = 1024
     # Same array structure either way, so both cases share one compilation.
-    kernel = samplers.MCLMC(step_size=0.5, L=3.0,
-                            inverse_mass_matrix=SIGMA**2 if preconditioned else jnp.ones(DIM))
+    kernel = samplers.MCLMC(
+        step_size=0.5, L=3.0, inverse_mass_matrix=SIGMA**2 if preconditioned else jnp.ones(DIM)
+    )
     x0 = SIGMA * jax.random.normal(jax.random.key(20), (n, DIM))
-    _, (x2, energy) = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(21), 200,
-                                 record=lambda s, info: (s.position**2, info.energy_change))
+    _, (x2, energy) = run_chains(
+        kernel,
+        gaussian_logdensity,
+        x0,
+        jax.random.key(21),
+        200,
+        record=lambda s, info: (s.position**2, info.energy_change),
+    )
     ratio = np.asarray(x2.mean((0, 1)) / SIGMA**2)
     # MC error of each ratio is ~0.01; the discretisation bias at this step is below that.
     # (A velocity flow using d instead of d-1 would be off by ~11%.)
@@ -225,8 +241,10 @@ def test_nonfinite_steps_are_reverted_and_flagged():
         return jnp.where(jnp.sum(x**2) < 9.0, -0.5 * jnp.sum(x**2), jnp.nan)
 
     x0 = jnp.zeros(DIM).at[0].set(2.9)
-    for kernel in [samplers.MCLMC(step_size=20.0, L=1.0),
-                   samplers.AdjustedMCLMC(step_size=20.0, num_integration_steps=3)]:
+    for kernel in [
+        samplers.MCLMC(step_size=20.0, L=1.0),
+        samplers.AdjustedMCLMC(step_size=20.0, num_integration_steps=3),
+    ]:
         state = kernel.init(logdensity, x0, jax.random.key(0))
         new, info = kernel.step(logdensity, state, jax.random.key(1))
         assert bool(info.is_divergent)
@@ -243,30 +261,40 @@ def test_hyperparameters_per_chain_and_schedules(mesh):
     x0 = jax.random.normal(jax.random.key(30), (n, DIM))
     per_chain_eps = jnp.linspace(0.1, 0.8, n)
     per_chain_imm = jnp.ones((n, DIM)) * jnp.linspace(0.5, 1.5, n)[:, None]
-    kernel = samplers.MCLMC(step_size=enn.PerChainValue(per_chain_eps),
-                            L=optax.linear_schedule(1.0, 3.0, steps),
-                            inverse_mass_matrix=enn.PerChainValue(per_chain_imm),
-                            integrator="leapfrog")
-    state, info = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(31), steps,
-                             mesh=mesh)
+    kernel = samplers.MCLMC(
+        step_size=enn.PerChainValue(per_chain_eps),
+        L=optax.linear_schedule(1.0, 3.0, steps),
+        inverse_mass_matrix=enn.PerChainValue(per_chain_imm),
+        integrator="leapfrog",
+    )
+    state, info = run_chains(kernel, gaussian_logdensity, x0, jax.random.key(31), steps, mesh=mesh)
     np.testing.assert_array_equal(info.step_size, jnp.repeat(per_chain_eps[:, None], steps, 1))
     np.testing.assert_array_equal(info.num_grads, 1)
     np.testing.assert_array_equal(state.count, steps)
 
     schedule = optax.cosine_decay_schedule(2.0, steps, alpha=0.25)
     num_steps = jnp.arange(1, n + 1)
-    kernel = samplers.AdjustedMCLMC(step_size=schedule,
-                                    num_integration_steps=enn.PerChainValue(num_steps),
-                                    L_proposal_factor=1.25)
+    kernel = samplers.AdjustedMCLMC(
+        step_size=schedule,
+        num_integration_steps=enn.PerChainValue(num_steps),
+        L_proposal_factor=1.25,
+    )
     state, (info, in_program) = run_chains(
-        kernel, gaussian_logdensity, x0, jax.random.key(32), steps, mesh=mesh,
-        record=lambda s, info: (info, jnp.asarray(schedule(s.count - 1), jnp.float32)))
+        kernel,
+        gaussian_logdensity,
+        x0,
+        jax.random.key(32),
+        steps,
+        mesh=mesh,
+        record=lambda s, info: (info, jnp.asarray(schedule(s.count - 1), jnp.float32)),
+    )
     # Bitwise the schedule at the step's count; eager evaluation may differ by float32
     # rounding of the fused `cos`.
     np.testing.assert_array_equal(info.step_size, in_program)
     expected = np.array([schedule(t) for t in range(steps)], np.float32)
-    np.testing.assert_allclose(info.step_size, np.broadcast_to(expected, (n, steps)),
-                               rtol=1e-6, atol=0)
+    np.testing.assert_allclose(
+        info.step_size, np.broadcast_to(expected, (n, steps)), rtol=1e-6, atol=0
+    )
     np.testing.assert_array_equal(info.num_grads, jnp.repeat(2 * num_steps[:, None], steps, 1))
     assert bool(jnp.all(jnp.isfinite(state.position)))
 
@@ -291,9 +319,17 @@ def test_mclmc_converges_on_ill_conditioned_gaussian(mesh):
     variances (so the whitened target is isotropic; the condition number is 100).
     """
     kernel = samplers.MCLMC(step_size=1.0, L=3.0, inverse_mass_matrix=GAUSSIAN.variances)
-    result = samplers.run(kernel, GAUSSIAN, _initial_positions(), key=jax.random.key(41),
-                          num_warmup=20, num_steps=50, mesh=mesh, chunk_size=50,
-                          progress=False)
+    result = samplers.run(
+        kernel,
+        GAUSSIAN,
+        _initial_positions(),
+        key=jax.random.key(41),
+        num_warmup=20,
+        num_steps=50,
+        mesh=mesh,
+        chunk_size=50,
+        progress=False,
+    )
     assert float(result.diagnostics.bias_squared_max) < 0.01  # stricter than 0.05
     np.testing.assert_array_equal(result.num_grads, 140)
     np.testing.assert_array_equal(result.num_divergent, 0)
@@ -310,12 +346,23 @@ def test_adjusted_mclmc_converges_on_ill_conditioned_gaussian(explicit_mesh):
     proposal nearly reflects x -> -x, x^2 barely changes, and chains started too wide stay
     too wide (b^2_max ~ 1.1 at this budget): the noise is what removes that resonance.
     """
-    kernel = samplers.AdjustedMCLMC(step_size=5.0, num_integration_steps=3,
-                                    inverse_mass_matrix=GAUSSIAN.variances,
-                                    L_proposal_factor=1.25)
-    result = samplers.run(kernel, GAUSSIAN, _initial_positions(), key=jax.random.key(42),
-                          num_warmup=10, num_steps=20, mesh=explicit_mesh, chunk_size=20,
-                          progress=False)
+    kernel = samplers.AdjustedMCLMC(
+        step_size=5.0,
+        num_integration_steps=3,
+        inverse_mass_matrix=GAUSSIAN.variances,
+        L_proposal_factor=1.25,
+    )
+    result = samplers.run(
+        kernel,
+        GAUSSIAN,
+        _initial_positions(),
+        key=jax.random.key(42),
+        num_warmup=10,
+        num_steps=20,
+        mesh=explicit_mesh,
+        chunk_size=20,
+        progress=False,
+    )
     assert float(result.diagnostics.bias_squared_max) < 0.01
     acceptance = float(jnp.mean(result.acceptance_rate))
     assert 0.6 < acceptance < 0.98, acceptance

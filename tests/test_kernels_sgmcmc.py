@@ -42,10 +42,14 @@ def run_chains(kernel, logdensity, positions, key, num_steps, mesh=None, record=
     keys = enn.chain_keys(key, positions.shape[0])
     if mesh is None:
         return eqx.filter_jit(jax.vmap(chain, in_axes=(None, None, 0, 0)))(
-            kernel, logdensity, positions, keys)
-    fn = enn.ensemble_map(chain, mesh=mesh, in_roles=(None, None, enn.PER_CHAIN,
-                                                      enn.PER_CHAIN),
-                          out_roles=enn.PER_CHAIN)
+            kernel, logdensity, positions, keys
+        )
+    fn = enn.ensemble_map(
+        chain,
+        mesh=mesh,
+        in_roles=(None, None, enn.PER_CHAIN, enn.PER_CHAIN),
+        out_roles=enn.PER_CHAIN,
+    )
     return fn(kernel, logdensity, positions, keys)
 
 
@@ -75,8 +79,9 @@ def test_sgld_and_sghmc_have_the_exact_discrete_stationary_variance():
 
     sgld_var = SIGMA**2 / (1 - eps / (2 * SIGMA**2))
     kernel = samplers.SGLD(step_size=eps, batch_size=5, num_data=NUM_DATA)
-    _, (positions, _) = run_chains(kernel, quadratic_minibatch, z * np.sqrt(sgld_var),
-                                   jax.random.key(1), steps)
+    _, (positions, _) = run_chains(
+        kernel, quadratic_minibatch, z * np.sqrt(sgld_var), jax.random.key(1), steps
+    )
     var = np.asarray(jnp.mean(positions**2, axis=(0, 1)))
     np.testing.assert_allclose(var / sgld_var, 1.0, atol=0.08)
     # The check resolves the discretisation: in the narrowest dimension the discrete law's
@@ -89,8 +94,9 @@ def test_sgld_and_sghmc_have_the_exact_discrete_stationary_variance():
         sghmc_var.append(_stationary_cov(A, np.full(2, math.sqrt(2 * alpha * eta)))[0, 0])
     sghmc_var = np.array(sghmc_var)
     kernel = samplers.SGHMC(step_size=eta, batch_size=5, num_data=NUM_DATA, friction=alpha)
-    _, (positions, _) = run_chains(kernel, quadratic_minibatch, z * np.sqrt(sghmc_var),
-                                   jax.random.key(2), steps)
+    _, (positions, _) = run_chains(
+        kernel, quadratic_minibatch, z * np.sqrt(sghmc_var), jax.random.key(2), steps
+    )
     var = np.asarray(jnp.mean(positions**2, axis=(0, 1)))
     np.testing.assert_allclose(var / sghmc_var, 1.0, atol=0.08)
 
@@ -114,30 +120,38 @@ def test_sghmc_with_unit_friction_is_sgld():
 SCHEDULES = {
     "cosine": optax.cosine_decay_schedule(1e-2, 12, alpha=0.1),
     "polynomial": optax.polynomial_schedule(1e-2, 1e-3, power=0.55, transition_steps=12),
-    "cyclical": optax.sgdr_schedule([dict(init_value=0.0, peak_value=1e-2, warmup_steps=1,
-                                          decay_steps=4, end_value=1e-4)] * 3),
+    "cyclical": optax.sgdr_schedule(
+        [dict(init_value=0.0, peak_value=1e-2, warmup_steps=1, decay_steps=4, end_value=1e-4)] * 3
+    ),
 }
 
 
-@pytest.mark.parametrize("kernel_name,schedule_name", [
-    ("SGLD", "cosine"), ("SGLD", "polynomial"), ("SGLD", "cyclical"), ("SGHMC", "cosine")])
+@pytest.mark.parametrize(
+    "kernel_name,schedule_name",
+    [("SGLD", "cosine"), ("SGLD", "polynomial"), ("SGLD", "cyclical"), ("SGHMC", "cosine")],
+)
 def test_step_size_follows_the_schedule_exactly(kernel_name, schedule_name, explicit_mesh):
     """`Info.step_size` at step t is `schedule(t)`: bitwise equal to the schedule evaluated
     in the same compiled program at the count the step used, and within float32 rounding
     of eager evaluation (XLA evaluates `cos`/`pow` slightly differently inside a fused
     program; near the end of the cosine decay `1 + cos` cancels, so a few ulp: rtol 1e-6)."""
     schedule = SCHEDULES[schedule_name]
-    kernel = getattr(samplers, kernel_name)(step_size=schedule, batch_size=5,
-                                            num_data=NUM_DATA)
+    kernel = getattr(samplers, kernel_name)(step_size=schedule, batch_size=5, num_data=NUM_DATA)
     steps, n = 12, 8
     state, (used, expected_in_program) = run_chains(
-        kernel, quadratic_minibatch, jnp.zeros((n, 3)), jax.random.key(3), steps,
+        kernel,
+        quadratic_minibatch,
+        jnp.zeros((n, 3)),
+        jax.random.key(3),
+        steps,
         mesh=explicit_mesh,
-        record=lambda s, info: (info, jnp.asarray(schedule(s.count - 1), jnp.float32)))
+        record=lambda s, info: (info, jnp.asarray(schedule(s.count - 1), jnp.float32)),
+    )
     np.testing.assert_array_equal(used.step_size, expected_in_program)
     expected = np.array([schedule(t) for t in range(steps)], np.float32)
-    np.testing.assert_allclose(used.step_size, np.broadcast_to(expected, (n, steps)),
-                               rtol=1e-6, atol=0)
+    np.testing.assert_allclose(
+        used.step_size, np.broadcast_to(expected, (n, steps)), rtol=1e-6, atol=0
+    )
     np.testing.assert_array_equal(state.count, steps)
     np.testing.assert_array_equal(used.num_grads, 1)
     np.testing.assert_array_equal(used.acceptance_rate, 1.0)
@@ -161,8 +175,10 @@ def test_nonfinite_updates_are_reverted_and_flagged():
         return jnp.where(jnp.abs(x[0]) < 3.0, value, jnp.nan)
 
     x0 = jnp.array([2.9, 0.0])
-    for kernel in [samplers.SGLD(step_size=50.0, batch_size=4, num_data=10),
-                   samplers.SGHMC(step_size=50.0, batch_size=4, num_data=10, friction=1.0)]:
+    for kernel in [
+        samplers.SGLD(step_size=50.0, batch_size=4, num_data=10),
+        samplers.SGHMC(step_size=50.0, batch_size=4, num_data=10, friction=1.0),
+    ]:
         state = kernel.init(logdensity, x0, jax.random.key(0))
         new, info = kernel.step(logdensity, state, jax.random.key(1))
         assert bool(info.is_divergent) and float(info.acceptance_rate) == 0.0
@@ -198,8 +214,7 @@ def logistic():
     20k draws: the reference mean's own error is ~0.01 posterior sd)."""
     target = samplers.targets.LogisticRegression(num_data=1000, num_features=10)
     reference = target.compute_reference(20_000, jax.random.key(0))
-    positions = jax.vmap(target.initial_position)(jax.random.split(jax.random.key(1),
-                                                                   NUM_CHAINS))
+    positions = jax.vmap(target.initial_position)(jax.random.split(jax.random.key(1), NUM_CHAINS))
     return target, reference, positions
 
 
@@ -218,14 +233,27 @@ def test_sg_mcmc_posterior_mean_on_logistic_regression(name, logistic, explicit_
     target, reference, positions = logistic
     schedule = optax.cosine_decay_schedule(1.0, 200, alpha=0.1)
     if name == "SGLD":
-        kernel = samplers.SGLD(step_size=lambda t: 1e-2 * schedule(t), batch_size=100,
-                               num_data=target.num_data)
+        kernel = samplers.SGLD(
+            step_size=lambda t: 1e-2 * schedule(t), batch_size=100, num_data=target.num_data
+        )
     else:
-        kernel = samplers.SGHMC(step_size=lambda t: 1e-3 * schedule(t), batch_size=100,
-                                num_data=target.num_data, friction=0.1)
-    result = samplers.run(kernel, target.minibatch_logdensity, positions,
-                          key=jax.random.key(2), num_warmup=50, num_steps=150,
-                          mesh=explicit_mesh, chunk_size=50, progress=False)
+        kernel = samplers.SGHMC(
+            step_size=lambda t: 1e-3 * schedule(t),
+            batch_size=100,
+            num_data=target.num_data,
+            friction=0.1,
+        )
+    result = samplers.run(
+        kernel,
+        target.minibatch_logdensity,
+        positions,
+        key=jax.random.key(2),
+        num_warmup=50,
+        num_steps=150,
+        mesh=explicit_mesh,
+        chunk_size=50,
+        progress=False,
+    )
     ref_sd = jnp.sqrt(reference.second_moment - reference.mean**2)
     mean_error = jnp.abs(result.diagnostics.mean - reference.mean) / ref_sd
     assert float(mean_error.max()) < 0.15, mean_error

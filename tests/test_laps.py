@@ -36,9 +36,11 @@ PROGRAM = Path(__file__).parent / "programs" / "laps_invariance.py"
 
 
 def _hyperparameters(sampler):
-    return {"step_size": sampler.step_size,
-            "num_integration_steps": sampler.num_integration_steps,
-            "inverse_mass_matrix": sampler.inverse_mass_matrix}
+    return {
+        "step_size": sampler.step_size,
+        "num_integration_steps": sampler.num_integration_steps,
+        "inverse_mass_matrix": sampler.inverse_mass_matrix,
+    }
 
 
 # --- accuracy within a gradient budget -----------------------------------------------------
@@ -87,8 +89,9 @@ def _check_result(sampler, info, b2_max, grads, acceptance, budget):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("problem,kind", [("gaussian", "explicit"), ("gaussian", "auto"),
-                                          ("regression", "auto")])
+@pytest.mark.parametrize(
+    "problem,kind", [("gaussian", "explicit"), ("gaussian", "auto"), ("regression", "auto")]
+)
 def test_laps_reaches_small_bias_within_budget(problem, kind):
     """Eagerly on both mesh kinds (the regression on the Explicit mesh runs under jax.jit in
     `test_laps_is_jittable_end_to_end_and_compiles_once`, with the same assertions)."""
@@ -101,13 +104,26 @@ def test_laps_reaches_small_bias_within_budget(problem, kind):
         logdensity, reference = _regression_logdensity(target.X, target.y), _reference(target)
         num_chains, dim, num_steps, budget = 64, 10, 100, 500
     positions = jax.random.normal(jax.random.key(0), (num_chains, dim))
-    result = samplers.run(None, logdensity, positions, key=jax.random.key(1),
-                          num_steps=num_steps, adaptation=samplers.LAPS(**LAPS_SETTINGS),
-                          mesh=_mesh(kind), reference=reference, progress=False)
+    result = samplers.run(
+        None,
+        logdensity,
+        positions,
+        key=jax.random.key(1),
+        num_steps=num_steps,
+        adaptation=samplers.LAPS(**LAPS_SETTINGS),
+        mesh=_mesh(kind),
+        reference=reference,
+        progress=False,
+    )
     info = result.adaptation_info
-    _check_result(result.sampler, info, float(result.diagnostics.bias_squared_max),
-                  int(info.num_grads) + int(np.max(np.asarray(result.num_grads))),
-                  float(np.mean(np.asarray(result.acceptance_rate))), budget)
+    _check_result(
+        result.sampler,
+        info,
+        float(result.diagnostics.bias_squared_max),
+        int(info.num_grads) + int(np.max(np.asarray(result.num_grads))),
+        float(np.mean(np.asarray(result.acceptance_rate))),
+        budget,
+    )
 
 
 @pytest.mark.slow
@@ -121,11 +137,25 @@ def test_laps_is_jittable_end_to_end_and_compiles_once():
     mesh = _mesh("explicit")
 
     def sample(key, X, y, positions, reference):
-        result = samplers.run(None, _regression_logdensity(X, y), positions, key=key,
-                              num_steps=100, adaptation=samplers.LAPS(**LAPS_SETTINGS),
-                              mesh=mesh, reference=reference, progress=False)
-        return (result.state.position, result.sampler, result.adaptation_info,
-                result.diagnostics.bias_squared_max, result.num_grads, result.acceptance_rate)
+        result = samplers.run(
+            None,
+            _regression_logdensity(X, y),
+            positions,
+            key=key,
+            num_steps=100,
+            adaptation=samplers.LAPS(**LAPS_SETTINGS),
+            mesh=mesh,
+            reference=reference,
+            progress=False,
+        )
+        return (
+            result.state.position,
+            result.sampler,
+            result.adaptation_info,
+            result.diagnostics.bias_squared_max,
+            result.num_grads,
+            result.acceptance_rate,
+        )
 
     compiles = []
 
@@ -142,17 +172,25 @@ def test_laps_is_jittable_end_to_end_and_compiles_once():
     try:
         for target, reference in zip(targets, references):
             before = len(compiles)
-            outputs.append(jax.block_until_ready(
-                fn(jax.random.key(1), target.X, target.y, positions, reference)))
+            outputs.append(
+                jax.block_until_ready(
+                    fn(jax.random.key(1), target.X, target.y, positions, reference)
+                )
+            )
             assert fn._cache_size() == 1
         assert before >= 1 and len(compiles) == before, "new data of the same shapes recompiled"
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     for position, sampler, info, b2_max, grads, acceptance in outputs:
         assert np.isfinite(np.asarray(position)).all()
-        _check_result(sampler, info, float(b2_max),
-                      int(info.num_grads) + int(np.max(np.asarray(grads))),
-                      float(np.mean(np.asarray(acceptance))), budget=500)
+        _check_result(
+            sampler,
+            info,
+            float(b2_max),
+            int(info.num_grads) + int(np.max(np.asarray(grads))),
+            float(np.mean(np.asarray(acceptance))),
+            budget=500,
+        )
     assert not np.array_equal(np.asarray(outputs[0][0]), np.asarray(outputs[1][0]))
 
 
@@ -162,9 +200,12 @@ def test_laps_is_jittable_end_to_end_and_compiles_once():
 @pytest.fixture(scope="module")
 def invariance_outputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("laps_invariance")
-    procs = {n: subprocess.Popen([sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz"),
-                                  "auto"])
-             for n in (1, 2, 4, 8)}
+    procs = {
+        n: subprocess.Popen(
+            [sys.executable, str(PROGRAM), str(n), str(folder / f"{n}.npz"), "auto"]
+        )
+        for n in (1, 2, 4, 8)
+    }
     for n, proc in procs.items():
         assert proc.wait(timeout=900) == 0, f"program failed on {n} devices"
     return {n: dict(np.load(folder / f"{n}.npz")) for n in procs}
@@ -210,14 +251,30 @@ def test_a_diverging_chain_is_excluded_reported_and_restarted(explicit_mesh):
     laps = samplers.LAPS(num_steps1=100, num_adaptation_steps=10)
     clean = jax.random.normal(jax.random.key(0), (32, 6))
     runs = {}
-    for name, x0 in (("clean", clean), ("diverging", clean.at[5].set(1e30)),
-                     ("identical", jnp.ones((32, 6)))):
-        runs[name] = samplers.run(None, gaussian, x0, key=jax.random.key(1), num_steps=20,
-                                  adaptation=laps, mesh=explicit_mesh, progress=False)
+    for name, x0 in (
+        ("clean", clean),
+        ("diverging", clean.at[5].set(1e30)),
+        ("identical", jnp.ones((32, 6))),
+    ):
+        runs[name] = samplers.run(
+            None,
+            gaussian,
+            x0,
+            key=jax.random.key(1),
+            num_steps=20,
+            adaptation=laps,
+            mesh=explicit_mesh,
+            progress=False,
+        )
     bad = runs["diverging"]
     info = bad.adaptation_info
-    for value in (*_hyperparameters(bad.sampler).values(), info.step_size1, info.L,
-                  info.step_size, info.stopping_statistic):
+    for value in (
+        *_hyperparameters(bad.sampler).values(),
+        info.step_size1,
+        info.L,
+        info.step_size,
+        info.stopping_statistic,
+    ):
         assert np.isfinite(np.asarray(value)).all()
     assert int(info.num_excluded) == int(info.num_steps1) + 1  # phase 0 + each phase-1 step
     assert int(info.num_restarted) == 1  # then restarted at a healthy chain's position
@@ -235,8 +292,14 @@ def test_a_diverging_chain_is_excluded_reported_and_restarted(explicit_mesh):
 
 def test_laps_builds_its_own_kernel():
     with pytest.raises(enn.EnsembleError, match="sampler"):
-        samplers.run(samplers.MALA(step_size=0.1), gaussian, jnp.zeros((4, 3)),
-                     key=jax.random.key(0), num_steps=2, adaptation=samplers.LAPS(),
-                     progress=False)
+        samplers.run(
+            samplers.MALA(step_size=0.1),
+            gaussian,
+            jnp.zeros((4, 3)),
+            key=jax.random.key(0),
+            num_steps=2,
+            adaptation=samplers.LAPS(),
+            progress=False,
+        )
     with pytest.raises(enn.EnsembleError, match="num_steps1"):
         samplers.LAPS(num_steps1=0)

@@ -32,23 +32,38 @@ def make_run(mesh_kind="auto"):
 def outcome(result):
     """What must agree, gathered to host numpy on every process."""
     d = result.diagnostics
-    return dist.gather({
-        "position": result.state.position, "logdensity": result.state.logdensity,
-        "mean": result.moments.mean, "m2": result.moments.m2, "trace": result.trace,
-        "acceptance": result.acceptance_rate, "bias": result.bias_history,
-        "rhat": d.rhat, "nested_rhat": d.nested_rhat, "ess": d.ess, "sd": d.sd,
-    })
+    return dist.gather(
+        {
+            "position": result.state.position,
+            "logdensity": result.state.logdensity,
+            "mean": result.moments.mean,
+            "m2": result.moments.m2,
+            "trace": result.trace,
+            "acceptance": result.acceptance_rate,
+            "bias": result.bias_history,
+            "rhat": d.rhat,
+            "nested_rhat": d.nested_rhat,
+            "ess": d.ess,
+            "sd": d.sd,
+        }
+    )
 
 
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     port = dist.free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # 2 devices each
-    procs = [subprocess.Popen([sys.executable, str(PROGRAM), "2", str(i), str(port), "2",
-                               str(tmp_path), "auto"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env,
-                              cwd=PROGRAM.parent)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PROGRAM), "2", str(i), str(port), "2", str(tmp_path), "auto"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=PROGRAM.parent,
+        )
+        for i in range(2)
+    ]
     try:
         sampler, target, positions, kwargs = make_run()
         reference = outcome(samplers.run(sampler, target, positions, **kwargs))  # 1 x 4
@@ -66,14 +81,16 @@ def test_two_processes_match_one(tmp_path):
         got = np.load(tmp_path / f"{name}.npz")
         assert sorted(got.files) == sorted(reference)
         for key, expected in reference.items():
-            np.testing.assert_allclose(got[key], expected, rtol=1e-6, atol=1e-6,
-                                       err_msg=f"{name}: {key}")
+            np.testing.assert_allclose(
+                got[key], expected, rtol=1e-6, atol=1e-6, err_msg=f"{name}: {key}"
+            )
 
 
 def test_single_process_helpers():
     keys = dist.chain_keys(jax.random.key(0), 8)
-    np.testing.assert_array_equal(jax.random.key_data(keys),
-                                  jax.random.key_data(enn.chain_keys(jax.random.key(0), 8)))
+    np.testing.assert_array_equal(
+        jax.random.key_data(keys), jax.random.key_data(enn.chain_keys(jax.random.key(0), 8))
+    )
     x = dist.global_array(np.arange(8.0).reshape(8, 1))
     assert x.shape == (8, 1) and len(x.sharding.device_set) == 4
     host = dist.gather({"x": x, "none": None, "n": 3})

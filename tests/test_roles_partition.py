@@ -80,10 +80,13 @@ def test_combine_inverts_partition():
 def test_containers_and_keys_with_in_roles():
     typed = jax.random.split(jax.random.key(0), 8)
     raw = jax.random.split(jax.random.PRNGKey(0), 8)
-    tree = ({"x": jnp.zeros((8, 3)), "w": jnp.ones(3)}, Pair(jnp.zeros(8), jnp.ones(2)),
-            typed, raw)
-    in_roles = ({"x": enn.PER_CHAIN, "w": None}, Pair(enn.PER_CHAIN, enn.BROADCAST),
-                enn.PER_CHAIN, enn.PER_CHAIN)
+    tree = ({"x": jnp.zeros((8, 3)), "w": jnp.ones(3)}, Pair(jnp.zeros(8), jnp.ones(2)), typed, raw)
+    in_roles = (
+        {"x": enn.PER_CHAIN, "w": None},
+        Pair(enn.PER_CHAIN, enn.BROADCAST),
+        enn.PER_CHAIN,
+        enn.PER_CHAIN,
+    )
     _, specs, _ = enn.partition(tree, in_roles=in_roles)
     assert specs[0] == {"x": P("chains"), "w": P()}
     assert specs[1] == Pair(P("chains"), P())
@@ -132,8 +135,11 @@ def test_per_chain_role_on_a_python_number_is_an_error():
 
 def test_inconsistent_leading_sizes_name_every_path():
     tree = {"a": jnp.zeros((8, 2)), "b": jnp.zeros((6,))}
-    with pytest.raises(enn.ChainCountError, match=r"(?s)leading size 8.*\['a'\].*leading size 6.*"
-                                                  r"\['b'\]"):
+    with pytest.raises(
+        enn.ChainCountError,
+        match=r"(?s)leading size 8.*\['a'\].*leading size 6.*"
+        r"\['b'\]",
+    ):
         enn.partition(tree, in_roles=enn.PER_CHAIN)
 
 

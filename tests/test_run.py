@@ -19,8 +19,7 @@ X0 = jax.random.normal(jax.random.key(1), (8, 3))
 def go(**kwargs):
     options = dict(key=jax.random.key(0), num_steps=30, num_warmup=10, progress=False)
     options.update(kwargs)
-    return samplers.run(options.pop("sampler", samplers.MALA(step_size=0.7)), TARGET, X0,
-                        **options)
+    return samplers.run(options.pop("sampler", samplers.MALA(step_size=0.7)), TARGET, X0, **options)
 
 
 def test_chunking_does_not_change_the_result(mesh):
@@ -48,38 +47,60 @@ def test_memory_does_not_grow_with_num_steps(mesh):
 def test_moments_match_the_trace(mesh):
     result = go(mesh=mesh, thin=1, num_steps=40)
     draws = np.asarray(result.trace, np.float64)
-    np.testing.assert_allclose(result.diagnostics.mean, draws.mean((0, 1)), rtol=1e-4,
-                               atol=1e-5)
-    np.testing.assert_allclose(result.diagnostics.second_moment, (draws**2).mean((0, 1)),
-                               rtol=1e-4)
-    np.testing.assert_allclose(result.diagnostics.rhat,
-                               samplers.diagnostics.split_rhat(result.trace), rtol=1e-4)
-    expected = samplers.diagnostics.bias_squared((draws**2).mean((0, 1)),
-                                                 TARGET.reference.second_moment,
-                                                 TARGET.reference.second_moment_var)
+    np.testing.assert_allclose(result.diagnostics.mean, draws.mean((0, 1)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(result.diagnostics.second_moment, (draws**2).mean((0, 1)), rtol=1e-4)
+    np.testing.assert_allclose(
+        result.diagnostics.rhat, samplers.diagnostics.split_rhat(result.trace), rtol=1e-4
+    )
+    expected = samplers.diagnostics.bias_squared(
+        (draws**2).mean((0, 1)), TARGET.reference.second_moment, TARGET.reference.second_moment_var
+    )
     np.testing.assert_allclose(result.diagnostics.bias_squared_max, expected[0], rtol=1e-3)
 
 
 def test_bias_uses_the_targets_observable():
     funnel = samplers.targets.NealsFunnel(dim=3)
     x0 = jax.vmap(funnel.sample)(jax.random.split(jax.random.key(2), 64))
-    result = samplers.run(samplers.MALA(step_size=0.2), funnel, x0, key=jax.random.key(0),
-                          num_steps=5, thin=1, progress=False)
+    result = samplers.run(
+        samplers.MALA(step_size=0.2),
+        funnel,
+        x0,
+        key=jax.random.key(0),
+        num_steps=5,
+        thin=1,
+        progress=False,
+    )
     observed = jax.vmap(jax.vmap(funnel.observable))(result.trace)
-    expected = samplers.diagnostics.bias_squared((observed**2).mean((0, 1)),
-                                                 funnel.reference.second_moment,
-                                                 funnel.reference.second_moment_var)
+    expected = samplers.diagnostics.bias_squared(
+        (observed**2).mean((0, 1)),
+        funnel.reference.second_moment,
+        funnel.reference.second_moment_var,
+    )
     np.testing.assert_allclose(result.diagnostics.bias_squared_max, expected[0], rtol=1e-3)
 
 
 def test_jittable_end_to_end(mesh):
     @jax.jit
     def final(key, x0):
-        return samplers.run(samplers.MALA(step_size=0.7), TARGET, x0, key=key, num_steps=20,
-                            mesh=mesh, progress=False).state.position
+        return samplers.run(
+            samplers.MALA(step_size=0.7),
+            TARGET,
+            x0,
+            key=key,
+            num_steps=20,
+            mesh=mesh,
+            progress=False,
+        ).state.position
 
-    eager = samplers.run(samplers.MALA(step_size=0.7), TARGET, X0, key=jax.random.key(4),
-                         num_steps=20, mesh=mesh, progress=False).state.position
+    eager = samplers.run(
+        samplers.MALA(step_size=0.7),
+        TARGET,
+        X0,
+        key=jax.random.key(4),
+        num_steps=20,
+        mesh=mesh,
+        progress=False,
+    ).state.position
     np.testing.assert_allclose(final(jax.random.key(4), X0), eager, rtol=1e-5, atol=1e-6)
 
 
@@ -93,12 +114,19 @@ def test_one_progress_bar_for_the_ensemble(capsys):
 
 def test_summary_table_truncates_large_dimensions():
     big = samplers.targets.IllConditionedGaussian(dim=30, condition_number=4.0)
-    result = samplers.run(samplers.MALA(step_size=0.5), big, jnp.zeros((8, 30)),
-                          key=jax.random.key(0), num_steps=20, progress=False)
+    result = samplers.run(
+        samplers.MALA(step_size=0.5),
+        big,
+        jnp.zeros((8, 30)),
+        key=jax.random.key(0),
+        num_steps=20,
+        progress=False,
+    )
     text = result.summary(max_rows=6, print_it=False)
     assert "8 chains on 4 device(s)" in text and "rhat" in text and "bias^2" in text
-    rows = [line for line in text.splitlines()
-            if line.startswith(" ") and line.split()[0].isdigit()]
+    rows = [
+        line for line in text.splitlines() if line.startswith(" ") and line.split()[0].isdigit()
+    ]
     assert len(rows) == 6 and "..." in text
 
 
@@ -106,8 +134,11 @@ def test_one_and_four_devices_agree(tmp_path):
     program = Path(__file__).parent / "programs" / "run_invariance.py"
     out = {}
     for n in (1, 4):
-        subprocess.run([sys.executable, str(program), str(n), str(tmp_path / f"{n}.npz")],
-                       check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, str(program), str(n), str(tmp_path / f"{n}.npz")],
+            check=True,
+            timeout=300,
+        )
         out[n] = np.load(tmp_path / f"{n}.npz")
     # The default block_size makes per-chain arithmetic the same program on 1 and 4
     # devices, and collectives reduce in a fixed order: bitwise equal.
@@ -146,8 +177,9 @@ def test_a_kernel_that_needs_the_ensemble_must_say_so(mesh):
         samplers.run(_TowardsTheMean(), lambda x: -jnp.sum(x**2), positions, **settings)
     # declared: run unblocked, over the whole ensemble; or no blocks at all
     for sampler, block in ((_TowardsTheMeanDeclared(), "auto"), (_TowardsTheMean(), None)):
-        result = samplers.run(sampler, lambda x: -jnp.sum(x**2), positions, block_size=block,
-                              **settings)
+        result = samplers.run(
+            sampler, lambda x: -jnp.sum(x**2), positions, block_size=block, **settings
+        )
         mean = positions.mean(axis=0)
         expected = mean + (positions - mean) / 8.0  # three halvings of the spread
         np.testing.assert_allclose(np.asarray(result.state.position), expected, rtol=1e-6)
@@ -156,9 +188,23 @@ def test_a_kernel_that_needs_the_ensemble_must_say_so(mesh):
 def test_thinned_trace_with_chunks_of_warmup_only(explicit_mesh):
     """Chunks made only of warmup steps keep nothing; the trace is the same for any
     chunking (the driver once failed slicing an empty trace on an Explicit mesh)."""
-    settings = dict(key=jax.random.key(0), num_steps=20, num_warmup=30, thin=5,
-                    mesh=explicit_mesh, progress=False)
-    runs = [samplers.run(samplers.MALA(step_size=0.3), lambda x: -0.5 * jnp.sum(x**2),
-                         jnp.zeros((8, 2)), chunk_size=c, **settings) for c in (10, 50)]
+    settings = dict(
+        key=jax.random.key(0),
+        num_steps=20,
+        num_warmup=30,
+        thin=5,
+        mesh=explicit_mesh,
+        progress=False,
+    )
+    runs = [
+        samplers.run(
+            samplers.MALA(step_size=0.3),
+            lambda x: -0.5 * jnp.sum(x**2),
+            jnp.zeros((8, 2)),
+            chunk_size=c,
+            **settings,
+        )
+        for c in (10, 50)
+    ]
     assert runs[0].trace.shape == (8, 4, 2)
     np.testing.assert_array_equal(np.asarray(runs[0].trace), np.asarray(runs[1].trace))

@@ -64,8 +64,9 @@ def test_jax_report_simple_func(explicit_mesh):
         w = jax.sharding.reshard(jnp.array([1.0, 2.0, 3.0]), P())
         x = jax.sharding.reshard(jnp.ones((4, 3)), P("chains", None))
         with pytest.raises(NotImplementedError, match="Closing over"):
-            jax.shard_map(lambda xi: simple_func(w, xi), in_specs=(P("chains", None),),
-                          out_specs=P("chains"))(x)
+            jax.shard_map(
+                lambda xi: simple_func(w, xi), in_specs=(P("chains", None),), out_specs=P("chains")
+            )(x)
         by_argument = enn.ensemble_map(simple_func, in_roles=(enn.BROADCAST, enn.PER_CHAIN))(w, x)
         by_closure = enn.ensemble_map(lambda xi: simple_func(w, xi), in_roles=enn.PER_CHAIN)(x)
     np.testing.assert_array_equal(by_argument, [6.0] * 4)
@@ -97,8 +98,10 @@ def train_step(model, batch, lr):
 
 
 def make_model(device=None):
-    params = {"w": jnp.tile(jnp.arange(3.0)[:, None], (N, 1, 1)) * jnp.arange(N)[:, None, None],
-              "b": jnp.zeros((N, 1))}
+    params = {
+        "w": jnp.tile(jnp.arange(3.0)[:, None], (N, 1, 1)) * jnp.arange(N)[:, None, None],
+        "b": jnp.zeros((N, 1)),
+    }
     opt_state = jax.vmap(optax.sgd(0.1).init)(params)
     model = Model(params, opt_state)
     return jax.device_put(model, device) if device is not None else model
@@ -124,11 +127,13 @@ def test_container_arguments_committed_to_one_device(mesh):
 
 def test_invalid_spec_on_container_leaf_is_a_clear_error(mesh):
     model, batch = make_model(), Batch(jnp.ones((5, 3)), jnp.zeros((5, 1)))
-    step = enn.ensemble_map(train_step, mesh=mesh,
-                            in_roles=(None, Batch(enn.BROADCAST, "replicated"), None))
+    step = enn.ensemble_map(
+        train_step, mesh=mesh, in_roles=(None, Batch(enn.BROADCAST, "replicated"), None)
+    )
     with pytest.raises(enn.RoleError, match=r"args\[1\]\.targets.*'replicated'"):
         step(model, batch, 0.1)
     wrong = eqx.tree_at(lambda m: m.params["b"], model, jnp.zeros((N - 1, 1)))
     with pytest.raises(enn.ChainCountError, match=r"args\[0\]\.params\['b'\]"):
         enn.ensemble_map(train_step, mesh=mesh, in_roles=(None, enn.BROADCAST, None))(
-            wrong, batch, 0.1)
+            wrong, batch, 0.1
+        )

@@ -61,15 +61,15 @@ def np_logistic(t, x):
 
 TARGETS = {
     "icg": (lambda: tg.IllConditionedGaussian(6, 1000.0), np_icg),
-    "icg-rotated": (lambda: tg.IllConditionedGaussian(6, 1000.0, rotated=True, seed=3),
-                    np_icg),
+    "icg-rotated": (lambda: tg.IllConditionedGaussian(6, 1000.0, rotated=True, seed=3), np_icg),
     "banana": (tg.Banana, np_banana),
     "rosenbrock": (lambda: tg.Rosenbrock(num_pairs=3), np_rosenbrock),
     "funnel": (lambda: tg.NealsFunnel(5), np_funnel),
-    "bimodal": (lambda: tg.BimodalGaussian(dim=4, separation=8.0, weight=0.7, scale=2.0),
-                np_bimodal),
-    "logistic": (lambda: tg.LogisticRegression(num_data=50, num_features=3, seed=1),
-                 np_logistic),
+    "bimodal": (
+        lambda: tg.BimodalGaussian(dim=4, separation=8.0, weight=0.7, scale=2.0),
+        np_bimodal,
+    ),
+    "logistic": (lambda: tg.LogisticRegression(num_data=50, num_features=3, seed=1), np_logistic),
 }
 
 
@@ -108,7 +108,8 @@ def test_exact_samples_reproduce_reference(name):
     target = TARGETS[name][0]()
     n = 200_000
     draws = jax.vmap(lambda k: target.observable(target.sample(k)))(
-        jax.random.split(jax.random.key(0), n))
+        jax.random.split(jax.random.key(0), n)
+    )
     x = np.asarray(draws, float)
     ref = jax.tree.map(lambda a: np.asarray(a, float), target.reference)
     sq = x**2
@@ -120,7 +121,10 @@ def test_exact_samples_reproduce_reference(name):
     ]
     for estimate, reference, spread in checks:
         assert np.all(np.abs(estimate - reference) < 5 * spread / math.sqrt(n)), (
-            name, estimate, reference)
+            name,
+            estimate,
+            reference,
+        )
 
 
 def test_reference_values():
@@ -133,30 +137,28 @@ def test_reference_values():
     pick = lambda a: np.asarray(a)[[0, 18]]  # one x and one y coordinate
     np.testing.assert_allclose(pick(rosen.mean), [1, 2], rtol=1e-6)
     np.testing.assert_allclose(pick(rosen.second_moment), [2, 10.10017429], rtol=1e-4)
-    np.testing.assert_allclose(pick(rosen.second_moment_var), [6.00036273, 668.69693635],
-                               rtol=2e-3)
+    np.testing.assert_allclose(pick(rosen.second_moment_var), [6.00036273, 668.69693635], rtol=2e-3)
     icg = tg.IllConditionedGaussian(5, 1e4, rotated=True, seed=1)
     rotation = np.asarray(icg.rotation, float)
     np.testing.assert_allclose(rotation @ rotation.T, np.eye(5), atol=1e-5)
     cov = rotation @ np.diag(np.logspace(0, 4, 5)) @ rotation.T
     np.testing.assert_allclose(icg.reference.second_moment, np.diag(cov), rtol=1e-4)
-    np.testing.assert_allclose(icg.reference.second_moment_var, 2 * np.diag(cov) ** 2,
-                               rtol=1e-4)
+    np.testing.assert_allclose(icg.reference.second_moment_var, 2 * np.diag(cov) ** 2, rtol=1e-4)
 
 
 def test_funnel_gaussianize():
     funnel = tg.NealsFunnel(3)
     x = jnp.array([2.0, 1.0, -3.0])
-    np.testing.assert_allclose(funnel.gaussianize(x), [2 / 3, np.exp(-1), -3 * np.exp(-1)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        funnel.gaussianize(x), [2 / 3, np.exp(-1), -3 * np.exp(-1)], rtol=1e-6
+    )
 
 
 def test_logistic_minibatch_is_unbiased():
     target = tg.LogisticRegression(num_data=60, num_features=3, seed=2)
     x = jnp.array([0.3, -1.0, 2.0])
     full = target(x)
-    np.testing.assert_allclose(target.minibatch_logdensity(x, jnp.arange(60)), full,
-                               rtol=1e-6)
+    np.testing.assert_allclose(target.minibatch_logdensity(x, jnp.arange(60)), full, rtol=1e-6)
     # The average over a partition into equal batches is exactly the full log density.
     batches = jnp.arange(60).reshape(6, 10)
     estimates = jax.vmap(lambda idx: target.minibatch_logdensity(x, idx))(batches)
@@ -196,8 +198,12 @@ def test_targets_inside_ensemble_map(mesh):
     """Broadcast data enter shard_map as operands: works with closures forbidden."""
     target = tg.LogisticRegression(num_data=30, num_features=4)
     positions = jax.random.normal(jax.random.key(0), (8, 4))
-    value_and_grad = enn.ensemble_map(lambda t, x: jax.value_and_grad(t)(x), mesh=mesh,
-                                      in_roles=(None, enn.PER_CHAIN), closures="error")
+    value_and_grad = enn.ensemble_map(
+        lambda t, x: jax.value_and_grad(t)(x),
+        mesh=mesh,
+        in_roles=(None, enn.PER_CHAIN),
+        closures="error",
+    )
     values, grads = value_and_grad(target, positions)
     np.testing.assert_allclose(values, jax.vmap(target)(positions), rtol=1e-5)
     assert grads.shape == (8, 4)

@@ -4,6 +4,7 @@ from ._base import AdaptationInfo, EnsembleAdaptation, as_array, finite_chain_me
 
 # --- LAPS ---
 from .laps import LAPS, LAPSInfo
+
 # --- ChEES and MEADS ---
 from .chees import ChEES
 from .meads import MEADS

@@ -116,8 +116,9 @@ class EnsembleAdaptation(Adaptation):
         """Per-chain statistics after a step."""
 
     @abc.abstractmethod
-    def update(self, sampler: Sampler, adaptation_state: PyTree, means: PyTree,
-               step: Int[Array, ""]) -> tuple[Sampler, PyTree]:
+    def update(
+        self, sampler: Sampler, adaptation_state: PyTree, means: PyTree, step: Int[Array, ""]
+    ) -> tuple[Sampler, PyTree]:
         """New sampler and adaptation state from the ensemble means of the statistics."""
 
     def prepare(self, sampler: Sampler) -> Sampler:
@@ -128,11 +129,18 @@ class EnsembleAdaptation(Adaptation):
         """Early stopping: True ends the adaptation (must be the same in every chain)."""
         return jnp.asarray(False)
 
-    def run(self, sampler: Sampler, logdensity: Logdensity, state: State,
-            key: PRNGKeyArray) -> tuple[Sampler, State, AdaptationInfo]:
+    def run(
+        self, sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray
+    ) -> tuple[Sampler, State, AdaptationInfo]:
         sampler = self.prepare(sampler)
-        carry = (jnp.int32(0), sampler, state, self.init_state(sampler, state), jnp.int32(0),
-                 jnp.int32(0))
+        carry = (
+            jnp.int32(0),
+            sampler,
+            state,
+            self.init_state(sampler, state),
+            jnp.int32(0),
+            jnp.int32(0),
+        )
 
         def cond(carry: tuple) -> Bool[Array, ""]:
             t, _, _, adaptation_state, _, _ = carry
@@ -143,8 +151,7 @@ class EnsembleAdaptation(Adaptation):
             state, info = step_chain(sampler, logdensity, state, jax.random.fold_in(key, t))
             means, bad = finite_chain_mean(self.statistics(sampler, state, info))
             sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)
-            return (t + 1, sampler, state, adaptation_state, excluded + bad,
-                    grads + info.num_grads)
+            return (t + 1, sampler, state, adaptation_state, excluded + bad, grads + info.num_grads)
 
         t, sampler, state, _, excluded, grads = jax.lax.while_loop(cond, body, carry)
         # grads is per chain; report the ensemble's (identical when every chain steps alike).

@@ -64,7 +64,7 @@ def unpack(flat: Array, layout: dict[str, tuple[int, ...]]) -> dict[str, Array]:
     out, start = {}, 0
     for name, shape in layout.items():
         size = math.prod(shape)
-        out[name] = flat[start:start + size].reshape(shape)
+        out[name] = flat[start : start + size].reshape(shape)
         start += size
     return out
 
@@ -113,8 +113,9 @@ class _ChEESKernel(Sampler):
     max_num_steps: int = eqx.field(static=True)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> GradientState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> GradientState:
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         return GradientState(position, logp, jnp.int32(0), grad)
@@ -124,8 +125,9 @@ class _ChEESKernel(Sampler):
         u = van_der_corput(count + 1)
         return 1.0 - self.jitter + 2.0 * self.jitter * u
 
-    def step(self, logdensity: Logdensity, state: GradientState,
-             key: PRNGKeyArray) -> tuple[GradientState, _ChEESInfo]:
+    def step(
+        self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
+    ) -> tuple[GradientState, _ChEESInfo]:
         key_momentum, key_accept = jax.random.split(key)
         h = self.time_scale(state.count)
         length = h * self.trajectory_length / self.step_size
@@ -133,20 +135,38 @@ class _ChEESKernel(Sampler):
         imm = self.inverse_mass_matrix
         p0 = sample_momentum(key_momentum, state.position, imm)
         x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity), state.position, p0, state.grad, self.step_size,
-            imm, num_steps, logdensity=state.logdensity,
+            value_and_grad(logdensity),
+            state.position,
+            p0,
+            state.grad,
+            self.step_size,
+            imm,
+            num_steps,
+            logdensity=state.logdensity,
         )
-        energy_change = (kinetic_energy(p, imm) - logp - kinetic_energy(p0, imm)
-                         + state.logdensity)
+        energy_change = kinetic_energy(p, imm) - logp - kinetic_energy(p0, imm) + state.logdensity
         accept, info = metropolis_info(
-            key_accept, energy_change, num_grads=num_steps, step_size=self.step_size,
+            key_accept,
+            energy_change,
+            num_grads=num_steps,
+            step_size=self.step_size,
             divergence_threshold=self.divergence_threshold,
         )
         new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state, (x, logp, grad))
         info = _ChEESInfo(
-            **{f: getattr(info, f) for f in ("acceptance_rate", "is_divergent", "num_grads",
-                                             "energy_change", "step_size")},
-            start=state.position, proposal=x, velocity=velocity(p, imm),
+            **{
+                f: getattr(info, f)
+                for f in (
+                    "acceptance_rate",
+                    "is_divergent",
+                    "num_grads",
+                    "energy_change",
+                    "step_size",
+                )
+            },
+            start=state.position,
+            proposal=x,
+            velocity=velocity(p, imm),
             time_scale=jnp.asarray(h, jnp.float32),
         )
         return next_count(select(accept, new, state)), info
@@ -160,8 +180,9 @@ class _DualAveraging(eqx.Module):
     error_sum: Float[Array, ""]
     shrink_to: Float[Array, ""]
 
-    def update(self, acceptance: Float[Array, ""], target: float,
-               iteration: Int[Array, ""]) -> "_DualAveraging":
+    def update(
+        self, acceptance: Float[Array, ""], target: float, iteration: Int[Array, ""]
+    ) -> "_DualAveraging":
         m = iteration.astype(jnp.float32)
         w = 1.0 / (m + _DA_T0)
         error_sum = (1.0 - w) * self.error_sum + w * (target - acceptance)
@@ -247,8 +268,7 @@ class ChEES(EnsembleAdaptation):
         True
     """
 
-    optimizer: optax.GradientTransformation = eqx.field(static=True,
-                                                        default=_DEFAULT_OPTIMIZER)
+    optimizer: optax.GradientTransformation = eqx.field(static=True, default=_DEFAULT_OPTIMIZER)
     num_steps: int = eqx.field(static=True, default=500)
     target_acceptance: float = eqx.field(static=True, default=0.651)
     initial_step_size: float | None = eqx.field(static=True, default=None)
@@ -268,10 +288,12 @@ class ChEES(EnsembleAdaptation):
             raise enn.EnsembleError(f"ChEES jitter must be in [0, 1], got {self.jitter!r}.")
         if not 0.0 < self.target_acceptance < 1.0:
             raise enn.EnsembleError(
-                f"ChEES target_acceptance must be in (0, 1), got {self.target_acceptance!r}.")
+                f"ChEES target_acceptance must be in (0, 1), got {self.target_acceptance!r}."
+            )
         if not 0.0 < self.mass_matrix_rate <= 1.0:
             raise enn.EnsembleError(
-                f"ChEES mass_matrix_rate must be in (0, 1], got {self.mass_matrix_rate!r}.")
+                f"ChEES mass_matrix_rate must be in (0, 1], got {self.mass_matrix_rate!r}."
+            )
         for name in ("num_steps", "max_num_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -304,15 +326,17 @@ class ChEES(EnsembleAdaptation):
             length = eps
         return eps, length
 
-    def initial_state(self, sampler: Sampler | None, logdensity: Logdensity, position: Array,
-                      key: PRNGKeyArray) -> GradientState:
+    def initial_state(
+        self, sampler: Sampler | None, logdensity: Logdensity, position: Array, key: PRNGKeyArray
+    ) -> GradientState:
         self._check_sampler(sampler)
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         return GradientState(position, logp, jnp.int32(0), grad)
 
-    def run(self, sampler: HMC | None, logdensity: Logdensity, state: GradientState,
-            key: PRNGKeyArray) -> tuple[HMC, GradientState, AdaptationInfo]:
+    def run(
+        self, sampler: HMC | None, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
+    ) -> tuple[HMC, GradientState, AdaptationInfo]:
         self._check_sampler(sampler)
         eps, length = self._initial(sampler)
         dtype = jnp.result_type(state.position)
@@ -327,8 +351,15 @@ class ChEES(EnsembleAdaptation):
                 imm = given  # a dense matrix, kept as is
             else:
                 imm = jnp.diagonal(given)
-        kernel = _ChEESKernel(eps, jnp.maximum(length, eps), imm, eps, float(self.jitter),
-                              self.max_num_steps, threshold)
+        kernel = _ChEESKernel(
+            eps,
+            jnp.maximum(length, eps),
+            imm,
+            eps,
+            float(self.jitter),
+            self.max_num_steps,
+            threshold,
+        )
         kernel, state, info = super().run(kernel, logdensity, state, key)
         tuned = HMC(
             step_size=kernel.averaged_step_size,
@@ -344,12 +375,10 @@ class ChEES(EnsembleAdaptation):
     def init_state(self, sampler: _ChEESKernel, state: GradientState) -> _ChEESState:
         log_length = jnp.log(sampler.trajectory_length)
         log_eps = jnp.log(sampler.step_size)
-        averaging = _DualAveraging(log_eps, log_eps, jnp.float32(0.0),
-                                   jnp.log(10.0) + log_eps)
+        averaging = _DualAveraging(log_eps, log_eps, jnp.float32(0.0), jnp.log(10.0) + log_eps)
         return _ChEESState(log_length, self.optimizer.init(log_length), averaging)
 
-    def statistics(self, sampler: _ChEESKernel, state: GradientState,
-                   info: _ChEESInfo) -> PyTree:
+    def statistics(self, sampler: _ChEESKernel, state: GradientState, info: _ChEESInfo) -> PyTree:
         a = info.acceptance_rate
         # A rejected proposal moves nothing: zero it so that an overflowing proposal of a
         # healthy chain does not exclude the chain from the means.
@@ -358,8 +387,9 @@ class ChEES(EnsembleAdaptation):
         x0 = info.start
         dim = x0.shape
         layout = {"x0": dim, "x0sq": dim, "ax1": dim, "ax1sq": dim, "a": ()}
-        centers, _ = finite_chain_mean(pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1,
-                                             "ax1sq": a * x1**2, "a": a}, layout))
+        centers, _ = finite_chain_mean(
+            pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1, "ax1sq": a * x1**2, "a": a}, layout)
+        )
         centers = unpack(centers, layout)
         c0 = centers["x0"]
         weight = jnp.maximum(centers["a"], 1e-12)
@@ -369,13 +399,19 @@ class ChEES(EnsembleAdaptation):
         # Sums over dimensions in one fixed order (enn.ordered_sum), and products rounded
         # before a subtraction: XLA would otherwise round them differently for another
         # number of chains per device, and the tuned values would depend on the device count.
-        spread = jnp.maximum(enn.ordered_sum(centers["x0sq"] - enn.rounded(c0**2)),
-                             enn.ordered_sum(centers["ax1sq"] / weight - enn.rounded(c1**2)))
+        spread = jnp.maximum(
+            enn.ordered_sum(centers["x0sq"] - enn.rounded(c0**2)),
+            enn.ordered_sum(centers["ax1sq"] / weight - enn.rounded(c1**2)),
+        )
         spread = jnp.maximum(spread, 1e-15)
         d0 = enn.ordered_sum((x0 - c0) ** 2)
         d1 = enn.ordered_sum((x1 - c1) ** 2)
-        grad_log_t = (sampler.trajectory_length * info.time_scale * (d1 - d0)
-                      * enn.ordered_sum((x1 - c1) * v1))
+        grad_log_t = (
+            sampler.trajectory_length
+            * info.time_scale
+            * (d1 - d0)
+            * enn.ordered_sum((x1 - c1) * v1)
+        )
         grad_log_t = grad_log_t / spread**2
         x = state.position
         stats = {
@@ -392,25 +428,38 @@ class ChEES(EnsembleAdaptation):
     @staticmethod
     def _layout(dim: int) -> dict[str, tuple[int, ...]]:
         scalar, vector = (), (dim,)
-        return {"one": scalar, "a": scalar, "a_grad": scalar, "inverse_a": scalar,
-                "x": vector, "x2": vector, "start2": vector}
+        return {
+            "one": scalar,
+            "a": scalar,
+            "a_grad": scalar,
+            "inverse_a": scalar,
+            "x": vector,
+            "x2": vector,
+            "start2": vector,
+        }
 
-    def update(self, sampler: _ChEESKernel, adaptation_state: _ChEESState, means: PyTree,
-               step: Int[Array, ""]) -> tuple[_ChEESKernel, _ChEESState]:
+    def update(
+        self,
+        sampler: _ChEESKernel,
+        adaptation_state: _ChEESState,
+        means: PyTree,
+        step: Int[Array, ""],
+    ) -> tuple[_ChEESKernel, _ChEESState]:
         means = unpack(means, self._layout(sampler.inverse_mass_matrix.shape[-1]))
         valid = means["one"] > 0  # False only if every chain diverged: then change nothing
         grad = means["a_grad"] / jnp.maximum(means["a"], 1e-12)
         harmonic = 1.0 / jnp.maximum(means["inverse_a"], 1.0)
 
         log_length = adaptation_state.log_trajectory_length
-        updates, opt_state = self.optimizer.update(-grad, adaptation_state.optimizer_state,
-                                                   log_length)
+        updates, opt_state = self.optimizer.update(
+            -grad, adaptation_state.optimizer_state, log_length
+        )
         new_log_length = optax.apply_updates(log_length, updates)
-        averaging = adaptation_state.dual_averaging.update(harmonic, self.target_acceptance,
-                                                           step + 1)
+        averaging = adaptation_state.dual_averaging.update(
+            harmonic, self.target_acceptance, step + 1
+        )
         log_eps = averaging.log_step_size
-        new_log_length = jnp.clip(new_log_length, log_eps, log_eps + math.log(
-            self.max_num_steps))
+        new_log_length = jnp.clip(new_log_length, log_eps, log_eps + math.log(self.max_num_steps))
 
         imm = sampler.inverse_mass_matrix
         if self.mass_matrix and imm.ndim == 1:
@@ -420,13 +469,14 @@ class ChEES(EnsembleAdaptation):
             imm = jnp.where(ok, new_imm.astype(imm.dtype), imm)
 
         new_state = _ChEESState(new_log_length, opt_state, averaging)
-        new_state = jax.tree.map(lambda n, o: jnp.where(valid, n, o), new_state,
-                                 adaptation_state)
+        new_state = jax.tree.map(lambda n, o: jnp.where(valid, n, o), new_state, adaptation_state)
         kernel = _ChEESKernel(
             jnp.exp(new_state.dual_averaging.log_step_size).astype(jnp.float32),
             jnp.exp(new_state.log_trajectory_length).astype(jnp.float32),
             imm,
             jnp.exp(new_state.dual_averaging.log_averaged).astype(jnp.float32),
-            sampler.jitter, sampler.max_num_steps, sampler.divergence_threshold,
+            sampler.jitter,
+            sampler.max_num_steps,
+            sampler.divergence_threshold,
         )
         return kernel, new_state

@@ -156,8 +156,11 @@ class _Phase2(eqx.Module):
 
 def _healthy(position: Array, logdensity: Array, grad: Array) -> Bool[Array, ""]:
     """A chain whose statistics can enter an ensemble mean (x² included)."""
-    return (jnp.isfinite(logdensity) & jnp.all(jnp.isfinite(grad))
-            & jnp.all(jnp.isfinite(position * position)))
+    return (
+        jnp.isfinite(logdensity)
+        & jnp.all(jnp.isfinite(grad))
+        & jnp.all(jnp.isfinite(position * position))
+    )
 
 
 def _mean(x: Array, axis: int = -1) -> Array:
@@ -295,14 +298,17 @@ class LAPS(Adaptation):
     restart_diverged: bool = eqx.field(static=True, default=True)
 
     def __check_init__(self):
-        for name in ("num_steps1", "num_adaptation_steps", "max_integration_steps",
-                     "superchain_size"):
+        for name in (
+            "num_steps1",
+            "num_adaptation_steps",
+            "max_integration_steps",
+            "superchain_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise enn.EnsembleError(f"LAPS: {name} must be an int >= 1, got {value!r}.")
         if not 0.0 < self.save_frac <= 1.0:
-            raise enn.EnsembleError(f"LAPS: save_frac must be in (0, 1], got "
-                                    f"{self.save_frac!r}.")
+            raise enn.EnsembleError(f"LAPS: save_frac must be in (0, 1], got {self.save_frac!r}.")
 
     @property
     def window(self) -> int:
@@ -317,8 +323,13 @@ class LAPS(Adaptation):
             target = 0.9 if name == "omelyan" else 0.7
         return name, target
 
-    def initial_state(self, sampler: Sampler | None, logdensity: Logdensity,
-                      position: Float[Array, " dim"], key: PRNGKeyArray) -> MCLMCState:
+    def initial_state(
+        self,
+        sampler: Sampler | None,
+        logdensity: Logdensity,
+        position: Float[Array, " dim"],
+        key: PRNGKeyArray,
+    ) -> MCLMCState:
         """An MCLMC state at `position` (one gradient); phase 0 sets its velocity."""
         if sampler is not None:
             raise enn.EnsembleError(
@@ -339,12 +350,15 @@ class LAPS(Adaptation):
 
     # --- phase 1 -------------------------------------------------------------------------
 
-    def _phase1_step(self, logdensity: Logdensity, key: PRNGKeyArray,
-                     c: _Phase1) -> _Phase1:
+    def _phase1_step(self, logdensity: Logdensity, key: PRNGKeyArray, c: _Phase1) -> _Phase1:
         dim = c.state.position.shape[-1]
         window = self.window
-        kernel = MCLMC(step_size=jnp.exp2(c.log2_step_size), L=c.L, inverse_mass_matrix=c.imm,
-                       integrator=self.burn_in_integrator)
+        kernel = MCLMC(
+            step_size=jnp.exp2(c.log2_step_size),
+            L=c.L,
+            inverse_mass_matrix=c.imm,
+            integrator=self.burn_in_integrator,
+        )
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
         state, info = step_chain(kernel, logdensity, c.state, jax.random.fold_in(key, c.t))
         x, g = state.position, state.grad
@@ -363,7 +377,7 @@ class LAPS(Adaptation):
         var = jnp.maximum(means["x2"] - enn.rounded(means["x"] ** 2), 0.0)
         bias = _mean((1.0 - means["equipartition"]) ** 2)
         eevpd = jnp.maximum(means["energy2"] - enn.rounded(means["energy"] ** 2), 0.0) / dim
-        wanted = self.C * bias ** 0.375
+        wanted = self.C * bias**0.375
         log2_factor = jnp.clip(jnp.log2(wanted / eevpd) / 6.0, math.log2(0.3), math.log2(3.0))
         log2_factor = jnp.where(jnp.isfinite(log2_factor), log2_factor, 0.0)  # 0/0: no info
         # Snap the update to the grid: the energy errors carry the last bits of the user's
@@ -371,8 +385,9 @@ class LAPS(Adaptation):
         # device; on the grid such differences (almost always) vanish, so the whole run is
         # the same on any device count.
         log2_factor = jnp.round(log2_factor * _GRID) / _GRID - jnp.where(fresh > 0, 1.0, 0.0)
-        log2_step_size = jnp.where(any_ok, jnp.clip(c.log2_step_size + log2_factor, -60, 60),
-                                   c.log2_step_size)
+        log2_step_size = jnp.where(
+            any_ok, jnp.clip(c.log2_step_size + log2_factor, -60, 60), c.log2_step_size
+        )
         step_size = jnp.exp2(log2_step_size)
         imm = c.imm
         if self.precondition_burn_in:
@@ -380,15 +395,19 @@ class LAPS(Adaptation):
         # Identical chains (e.g. all started at one point) have no spread to set L from;
         # they would stay identical without noise, so then refresh on the step-size scale.
         fallback = jnp.where(jnp.isfinite(c.L), c.L, step_size)
-        L = jnp.where(any_ok,
-                      _keep_valid(self.alpha * jnp.sqrt(enn.ordered_sum(var / imm)), fallback),
-                      c.L)
+        L = jnp.where(
+            any_ok, _keep_valid(self.alpha * jnp.sqrt(enn.ordered_sum(var / imm)), fallback), c.L
+        )
 
         slot = c.t % window
         second = c.second.at[slot].set(jnp.where(any_ok, means["x2"], c.second[slot - 1]))
         second_var = c.second_var.at[slot].set(
-            jnp.where(any_ok, jnp.maximum(means["x4"] - enn.rounded(means["x2"] ** 2), 0.0),
-                      c.second_var[slot - 1]))
+            jnp.where(
+                any_ok,
+                jnp.maximum(means["x4"] - enn.rounded(means["x2"] ** 2), 0.0),
+                c.second_var[slot - 1],
+            )
+        )
         first = c.first.at[slot].set(jnp.where(any_ok, means["x"], c.first[slot - 1]))
         full = c.t + 1 >= window
         drift = _mean((second - _mean(second, 0)) ** 2, 0)
@@ -400,39 +419,69 @@ class LAPS(Adaptation):
 
         block = c.block.update(x)
         complete = (c.t + 1) % window == 0
-        last_block = jax.tree.map(lambda new, old: jnp.where(complete, new, old), block,
-                                  c.last_block)
-        block = jax.tree.map(lambda z, b: jnp.where(complete, z, b),
-                             _Welford.zeros_like(x), block)
+        last_block = jax.tree.map(
+            lambda new, old: jnp.where(complete, new, old), block, c.last_block
+        )
+        block = jax.tree.map(lambda z, b: jnp.where(complete, z, b), _Welford.zeros_like(x), block)
         history = c.history.at[:, c.t].set(
-            jnp.stack([step_size, L, jnp.where(full, statistic, 0.0)]).astype(jnp.float32))
-        return _Phase1(c.t + 1, state, log2_step_size, L, imm, second, second_var, first,
-                       statistic, stopped, c.excluded + bad, c.divergent + fresh, block,
-                       last_block, history)
+            jnp.stack([step_size, L, jnp.where(full, statistic, 0.0)]).astype(jnp.float32)
+        )
+        return _Phase1(
+            c.t + 1,
+            state,
+            log2_step_size,
+            L,
+            imm,
+            second,
+            second_var,
+            first,
+            statistic,
+            stopped,
+            c.excluded + bad,
+            c.divergent + fresh,
+            block,
+            last_block,
+            history,
+        )
 
-    def _phase1(self, logdensity: Logdensity, state: MCLMCState,
-                key: PRNGKeyArray, excluded: Int[Array, ""]) -> _Phase1:
+    def _phase1(
+        self, logdensity: Logdensity, state: MCLMCState, key: PRNGKeyArray, excluded: Int[Array, ""]
+    ) -> _Phase1:
         x = state.position
         dim, dtype, window = x.shape[-1], x.dtype, self.window
         empty = jnp.zeros((window, dim), dtype)
         zero = _Welford.zeros_like(x)
         start = _Phase1(
-            t=jnp.int32(0), state=state,
-            log2_step_size=jnp.round(jnp.log2(
-                jnp.asarray(self.initial_step_size * math.sqrt(dim), dtype)) * _GRID) / _GRID,
-            L=jnp.asarray(jnp.inf, dtype), imm=jnp.ones(dim, dtype),
-            second=empty, second_var=empty, first=empty,
-            statistic=jnp.asarray(jnp.inf, dtype), stopped=jnp.asarray(False),
-            excluded=excluded, divergent=jnp.int32(0), block=zero, last_block=zero,
-            history=jnp.zeros((3, self.num_steps1), jnp.float32))
+            t=jnp.int32(0),
+            state=state,
+            log2_step_size=jnp.round(
+                jnp.log2(jnp.asarray(self.initial_step_size * math.sqrt(dim), dtype)) * _GRID
+            )
+            / _GRID,
+            L=jnp.asarray(jnp.inf, dtype),
+            imm=jnp.ones(dim, dtype),
+            second=empty,
+            second_var=empty,
+            first=empty,
+            statistic=jnp.asarray(jnp.inf, dtype),
+            stopped=jnp.asarray(False),
+            excluded=excluded,
+            divergent=jnp.int32(0),
+            block=zero,
+            last_block=zero,
+            history=jnp.zeros((3, self.num_steps1), jnp.float32),
+        )
         return jax.lax.while_loop(
             lambda c: (c.t < self.num_steps1) & ~c.stopped,
-            lambda c: self._phase1_step(logdensity, key, c), start)
+            lambda c: self._phase1_step(logdensity, key, c),
+            start,
+        )
 
     # --- between the phases --------------------------------------------------------------
 
-    def _restart(self, position: Float[Array, " dim"],
-                 healthy: Bool[Array, ""]) -> tuple[Array, Int[Array, ""]]:
+    def _restart(
+        self, position: Float[Array, " dim"], healthy: Bool[Array, ""]
+    ) -> tuple[Array, Int[Array, ""]]:
         """Move every unhealthy chain to a healthy chain's position (round robin)."""
 
         def restart(position: Array) -> Array:
@@ -457,7 +506,8 @@ class LAPS(Adaptation):
         if num % k:
             raise enn.EnsembleError(
                 f"LAPS: superchain_size={k} does not divide num_chains={num}; superchains "
-                "are consecutive groups of equal size.")
+                "are consecutive groups of equal size."
+            )
         if num // k < 2:
             return None
         n = moments.count.astype(moments.mean.dtype)
@@ -467,14 +517,21 @@ class LAPS(Adaptation):
 
     # --- phase 2 -------------------------------------------------------------------------
 
-    def _phase2_step(self, logdensity: Logdensity, key: PRNGKeyArray, kernel_for: Any,
-                     target: float, c: _Phase2, t: Int[Array, ""]
-                     ) -> tuple[_Phase2, tuple[Array, Array]]:
+    def _phase2_step(
+        self,
+        logdensity: Logdensity,
+        key: PRNGKeyArray,
+        kernel_for: Any,
+        target: float,
+        c: _Phase2,
+        t: Int[Array, ""],
+    ) -> tuple[_Phase2, tuple[Array, Array]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
         state, info = step_chain(kernel, logdensity, c.state, jax.random.fold_in(key, t))
-        means, bad = finite_chain_mean({"acceptance": info.acceptance_rate,
-                                        "x2": state.position * state.position})
+        means, bad = finite_chain_mean(
+            {"acceptance": info.acceptance_rate, "x2": state.position * state.position}
+        )
         acceptance = means["acceptance"]
         divergent = enn.chain_sum((info.is_divergent & was_healthy).astype(jnp.int32))
 
@@ -491,21 +548,32 @@ class LAPS(Adaptation):
         high = jnp.where(collapsed & too_small, log_h + reopen, high)
         low = jnp.where(collapsed & ~too_small, log_h - reopen, low)
         bracketed = jnp.isfinite(low) & jnp.isfinite(high)
-        proposal = jnp.where(bracketed, 0.5 * (low + high),
-                             jnp.where(too_small, log_h + math.log(2.0),
-                                       log_h - math.log(2.0)))
+        proposal = jnp.where(
+            bracketed,
+            0.5 * (low + high),
+            jnp.where(too_small, log_h + math.log(2.0), log_h - math.log(2.0)),
+        )
         any_ok = bad < enn.num_chains()
         log_h = jnp.where(inside | ~any_ok | ~jnp.isfinite(proposal), log_h, proposal)
 
         grads = info.num_grads  # the same in every chain: num_steps is ensemble-wide
-        new = _Phase2(state, log_h, low, high, c.excluded + bad, c.divergent + divergent,
-                      c.grads + grads, c.moments.update(state.position))
+        new = _Phase2(
+            state,
+            log_h,
+            low,
+            high,
+            c.excluded + bad,
+            c.divergent + divergent,
+            c.grads + grads,
+            c.moments.update(state.position),
+        )
         return new, (c.log_step_size, acceptance.astype(jnp.float32))
 
     # --- the whole adaptation ------------------------------------------------------------
 
-    def run(self, sampler: Sampler | None, logdensity: Logdensity, state: MCLMCState,
-            key: PRNGKeyArray) -> tuple[AdjustedMCLMC, AdjustedMCLMCState, LAPSInfo]:
+    def run(
+        self, sampler: Sampler | None, logdensity: Logdensity, state: MCLMCState, key: PRNGKeyArray
+    ) -> tuple[AdjustedMCLMC, AdjustedMCLMCState, LAPSInfo]:
         """Phases 0-2 for one chain (inside `ensemble_map`); see the class docstring."""
         x0 = state.position
         dim, dtype = x0.shape[-1], x0.dtype
@@ -540,22 +608,35 @@ class LAPS(Adaptation):
             return jnp.clip(n, 1, self.max_integration_steps).astype(jnp.int32)
 
         def kernel_for(h: Array) -> AdjustedMCLMC:
-            return AdjustedMCLMC(step_size=h, num_integration_steps=steps_for(h),
-                                 inverse_mass_matrix=imm,
-                                 L_proposal_factor=self.L_proposal_factor, integrator=name)
+            return AdjustedMCLMC(
+                step_size=h,
+                num_integration_steps=steps_for(h),
+                inverse_mass_matrix=imm,
+                L_proposal_factor=self.L_proposal_factor,
+                integrator=name,
+            )
 
         kernel = kernel_for(step_size)
         state2 = init_chain(kernel, logdensity, position, k_init)
-        start = _Phase2(state2, jnp.log(step_size), jnp.asarray(-jnp.inf, dtype),
-                        jnp.asarray(jnp.inf, dtype), jnp.int32(0), jnp.int32(0),
-                        jnp.int32(0), _Welford.zeros_like(position))
+        start = _Phase2(
+            state2,
+            jnp.log(step_size),
+            jnp.asarray(-jnp.inf, dtype),
+            jnp.asarray(jnp.inf, dtype),
+            jnp.int32(0),
+            jnp.int32(0),
+            jnp.int32(0),
+            _Welford.zeros_like(position),
+        )
         p2, (log_h_history, acc_history) = jax.lax.scan(
             lambda c, t: self._phase2_step(logdensity, k2, kernel_for, target, c, t),
-            start, jnp.arange(self.num_adaptation_steps))
+            start,
+            jnp.arange(self.num_adaptation_steps),
+        )
 
         # The ensemble acceptance is noisy (about 0.5 / sqrt(num_chains)), so the bisection
         # ends up hopping around the target: average the log step sizes of the second half.
-        half = log_h_history[self.num_adaptation_steps // 2:]
+        half = log_h_history[self.num_adaptation_steps // 2 :]
         final_h = _snap(jnp.exp(_mean(half, 0)))
         final_h = _keep_valid(final_h, jnp.exp(p2.log_step_size))
         tuned = kernel_for(final_h)
@@ -586,4 +667,3 @@ class LAPS(Adaptation):
     @property
     def grads_per_chain(self) -> int | None:
         return None  # early stopping and the adaptive trajectory make it data dependent
-

@@ -44,15 +44,17 @@ class _HeldFold(Sampler):
     momentum_scale: Float[Array, " dim"]
     num_folds: int = eqx.field(static=True)
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> GHMCState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> GHMCState:
         return self.kernel.init(logdensity, position, key)
 
     def fold(self) -> Int[Array, ""]:
         return enn.chain_index() % self.num_folds
 
-    def step(self, logdensity: Logdensity, state: GHMCState,
-             key: PRNGKeyArray) -> tuple[GHMCState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: GHMCState, key: PRNGKeyArray
+    ) -> tuple[GHMCState, Info]:
         moving = eqx.tree_at(lambda s: s.momentum, state, state.momentum * self.momentum_scale)
         new, info = step_chain(self.kernel, logdensity, moving, key)
         held = self.fold() == self.held_fold
@@ -95,16 +97,20 @@ def _fold_estimates(means: PyTree, directions: Array, multiplier: float) -> dict
     # For a Gaussian target E[g (x - mean)^T] = -H Cov(x) whatever the chains' spread, so
     # -Cov(g_d, x_d) is the preconditioned Hessian's diagonal (H_dd sigma_d^2) even while
     # the chains are under-dispersed, when the second moment of g underestimates it.
-    cross = (means["gx"] / share[:, None]
-             - means["g"] / share[:, None] * mean) * unbias[:, None]
+    cross = (means["gx"] / share[:, None] - means["g"] / share[:, None] * mean) * unbias[:, None]
     stein_g = jnp.max(-cross, -1)
     eig_g = jnp.maximum(jnp.maximum(rayleigh_g, diag_g), stein_g)
     next_g = scale2 * g_u
     next_g = next_g / jnp.sqrt(jnp.maximum(jnp.sum(next_g**2 / scale2, -1), _TINY))[:, None]
 
     step_size = multiplier / jnp.sqrt(jnp.maximum(eig_g, _TINY))
-    finite = (jnp.all(jnp.isfinite(var), -1) & jnp.isfinite(eig_x) & jnp.isfinite(eig_g)
-              & jnp.all(jnp.isfinite(next_x), -1) & jnp.all(jnp.isfinite(next_g), -1))
+    finite = (
+        jnp.all(jnp.isfinite(var), -1)
+        & jnp.isfinite(eig_x)
+        & jnp.isfinite(eig_g)
+        & jnp.all(jnp.isfinite(next_x), -1)
+        & jnp.all(jnp.isfinite(next_g), -1)
+    )
     ok = (n >= 1.5) & finite & jnp.all(var > 0, -1) & (eig_g > 0)
     return {
         "ok": ok,
@@ -193,10 +199,12 @@ class MEADS(EnsembleAdaptation):
                 raise enn.EnsembleError(f"MEADS {name} must be an int >= {low}, got {value!r}.")
         if not self.step_size_multiplier > 0:
             raise enn.EnsembleError(
-                f"MEADS step_size_multiplier must be > 0, got {self.step_size_multiplier!r}.")
+                f"MEADS step_size_multiplier must be > 0, got {self.step_size_multiplier!r}."
+            )
         if not self.damping_slowdown >= 0:
             raise enn.EnsembleError(
-                f"MEADS damping_slowdown must be >= 0, got {self.damping_slowdown!r}.")
+                f"MEADS damping_slowdown must be >= 0, got {self.damping_slowdown!r}."
+            )
 
     @staticmethod
     def _ghmc(sampler: Sampler | None) -> GHMC:
@@ -210,12 +218,14 @@ class MEADS(EnsembleAdaptation):
             )
         return sampler
 
-    def initial_state(self, sampler: Sampler | None, logdensity: Logdensity, position: Array,
-                      key: PRNGKeyArray) -> GHMCState:
+    def initial_state(
+        self, sampler: Sampler | None, logdensity: Logdensity, position: Array, key: PRNGKeyArray
+    ) -> GHMCState:
         return self._ghmc(sampler).init(logdensity, position, key)
 
-    def run(self, sampler: GHMC | None, logdensity: Logdensity, state: GHMCState,
-            key: PRNGKeyArray) -> tuple[GHMC, GHMCState, AdaptationInfo]:
+    def run(
+        self, sampler: GHMC | None, logdensity: Logdensity, state: GHMCState, key: PRNGKeyArray
+    ) -> tuple[GHMC, GHMCState, AdaptationInfo]:
         ghmc = self._ghmc(sampler)
         num_chains = enn.num_chains()
         if num_chains < 2 * self.num_folds:
@@ -244,8 +254,9 @@ class MEADS(EnsembleAdaptation):
         start = jax.random.normal(jax.random.key(0), shape, dtype)
         start = start / jnp.linalg.norm(start)
         directions = jnp.broadcast_to(start, (2, self.num_folds) + shape)
-        kernel = _HeldFold(per_chain, jnp.int32(0), directions, jnp.ones(shape, dtype),
-                           self.num_folds)
+        kernel = _HeldFold(
+            per_chain, jnp.int32(0), directions, jnp.ones(shape, dtype), self.num_folds
+        )
         # Step 0's hyperparameters come from the initial states of fold 0 (held in step 0).
         means, _ = finite_chain_mean(self.statistics(kernel, state, None))
         kernel, _ = self.update(kernel, None, means, jnp.int32(-1))
@@ -287,17 +298,32 @@ class MEADS(EnsembleAdaptation):
 
     def _layout(self, dim: int) -> dict[str, tuple[int, ...]]:
         folds, vectors = (self.num_folds,), (self.num_folds, dim)
-        return {"w": folds, "x": vectors, "x2": vectors, "sx": folds, "sx2": folds,
-                "xsx": vectors, "g": vectors, "g2": vectors, "gx": vectors, "sg2": folds,
-                "gsg": vectors, "n": folds}
+        return {
+            "w": folds,
+            "x": vectors,
+            "x2": vectors,
+            "sx": folds,
+            "sx2": folds,
+            "xsx": vectors,
+            "g": vectors,
+            "g2": vectors,
+            "gx": vectors,
+            "sg2": folds,
+            "gsg": vectors,
+            "n": folds,
+        }
 
-    def update(self, sampler: _HeldFold, adaptation_state: None, means: PyTree,
-               step: Int[Array, ""]) -> tuple[_HeldFold, None]:
+    def update(
+        self, sampler: _HeldFold, adaptation_state: None, means: PyTree, step: Int[Array, ""]
+    ) -> tuple[_HeldFold, None]:
         means = unpack(means, self._layout(sampler.directions.shape[-1]))
         est = _fold_estimates(means, sampler.directions, self.step_size_multiplier)
         held = ((step + 1) % self.num_folds).astype(jnp.int32)  # held during the next step
-        directions = jnp.where(est["ok"][None, :, None], est["directions"].astype(
-            sampler.directions.dtype), sampler.directions)
+        directions = jnp.where(
+            est["ok"][None, :, None],
+            est["directions"].astype(sampler.directions.dtype),
+            sampler.directions,
+        )
 
         kernel = sampler.kernel
         eps = est["step_size"][held]
@@ -312,7 +338,7 @@ class MEADS(EnsembleAdaptation):
             jnp.where(change, est["inverse_mass_matrix"][held].astype(old_imm.dtype), old_imm),
         )
         kernel = eqx.tree_at(
-            lambda k: (k.step_size.value, k.damping.value, k.inverse_mass_matrix.value),
-            kernel, new)
+            lambda k: (k.step_size.value, k.damping.value, k.inverse_mass_matrix.value), kernel, new
+        )
         scale = jnp.sqrt(old_imm / new[2]).astype(old_imm.dtype)
         return _HeldFold(kernel, held, directions, scale, self.num_folds), adaptation_state

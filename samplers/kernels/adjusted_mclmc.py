@@ -89,8 +89,7 @@ class AdjustedMCLMC(Sampler):
     num_integration_steps: Hyper
     inverse_mass_matrix: Hyper = 1.0
     L_proposal_factor: Hyper = math.inf
-    integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True,
-                                                                 default="mclachlan")
+    integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
     divergence_threshold: float = eqx.field(static=True, default=1000.0)
 
     @property
@@ -109,22 +108,31 @@ class AdjustedMCLMC(Sampler):
         n = max(1, int(np.round(np.asarray(resolve(n, 0)))))
         return n * self.integrator_fn.grads_per_step
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> AdjustedMCLMCState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> AdjustedMCLMCState:
         """Start at `position` (`key` is unused: the velocity is drawn at each step)."""
         del key
         position = jnp.asarray(position)
         logp, grad = jax.value_and_grad(logdensity)(position)
         return AdjustedMCLMCState(position, logp, jnp.zeros((), jnp.int32), grad)
 
-    def refresh(self, velocity: Float[Array, " dim"], key: PRNGKeyArray,
-                step_size: Array, L: Array) -> Float[Array, " dim"]:
+    def refresh(
+        self, velocity: Float[Array, " dim"], key: PRNGKeyArray, step_size: Array, L: Array
+    ) -> Float[Array, " dim"]:
         """In-trajectory Langevin noise (only used when `L_proposal_factor` is finite)."""
         return partially_refresh_velocity(velocity, key, step_size, L)
 
-    def trajectory(self, logdensity: Logdensity, state: IntegratorState, key: PRNGKeyArray,
-                   step_size: Array, num_steps: Int[Array, ""], inverse_mass_matrix: Array,
-                   L_proposal: Array) -> tuple[IntegratorState, Float[Array, ""]]:
+    def trajectory(
+        self,
+        logdensity: Logdensity,
+        state: IntegratorState,
+        key: PRNGKeyArray,
+        step_size: Array,
+        num_steps: Int[Array, ""],
+        inverse_mass_matrix: Array,
+        L_proposal: Array,
+    ) -> tuple[IntegratorState, Float[Array, ""]]:
         """Integrate `num_steps` steps; returns the end point and the summed kinetic change.
 
         `num_steps` may be traced (per chain), so this is a `fori_loop` with a dynamic trip
@@ -137,8 +145,7 @@ class AdjustedMCLMC(Sampler):
             point, kinetic = carry
             point, dk = integrator(logdensity, point, step_size, inverse_mass_matrix)
             if noisy:
-                u = self.refresh(point.velocity, jax.random.fold_in(key, i), step_size,
-                                 L_proposal)
+                u = self.refresh(point.velocity, jax.random.fold_in(key, i), step_size, L_proposal)
                 point = IntegratorState(point.position, u, point.logdensity, point.grad)
             return point, kinetic + dk
 
@@ -147,30 +154,30 @@ class AdjustedMCLMC(Sampler):
         kinetic0 = jnp.zeros_like(state.logdensity)
         return jax.lax.fori_loop(0, num_steps, body, (state, kinetic0))
 
-    def step(self, logdensity: Logdensity, state: AdjustedMCLMCState,
-             key: PRNGKeyArray) -> tuple[AdjustedMCLMCState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: AdjustedMCLMCState, key: PRNGKeyArray
+    ) -> tuple[AdjustedMCLMCState, Info]:
         step_size = resolve(self.step_size, state.count)
-        num_steps = jnp.round(resolve(self.num_integration_steps, state.count)).astype(
-            jnp.int32)
+        num_steps = jnp.round(resolve(self.num_integration_steps, state.count)).astype(jnp.int32)
         imm = resolve(self.inverse_mass_matrix, state.count)
         L_proposal = resolve(self.L_proposal_factor, state.count) * num_steps * step_size
 
         key_velocity, key_trajectory, key_accept = jax.random.split(key, 3)
-        velocity = random_unit_vector(key_velocity, state.position.shape[-1],
-                                      state.position.dtype)
+        velocity = random_unit_vector(key_velocity, state.position.shape[-1], state.position.dtype)
         start = IntegratorState(state.position, velocity, state.logdensity, state.grad)
-        end, kinetic_change = self.trajectory(logdensity, start, key_trajectory, step_size,
-                                              num_steps, imm, L_proposal)
+        end, kinetic_change = self.trajectory(
+            logdensity, start, key_trajectory, step_size, num_steps, imm, L_proposal
+        )
 
         energy_change = kinetic_change - (end.logdensity - state.logdensity)
-        finite = jnp.all(jnp.stack([
-            jnp.all(jnp.isfinite(x)) for x in (end.position, end.grad, energy_change)]))
+        finite = jnp.all(
+            jnp.stack([jnp.all(jnp.isfinite(x)) for x in (end.position, end.grad, energy_change)])
+        )
         is_divergent = ~finite | (jnp.abs(energy_change) > self.divergence_threshold)
         accept, prob = metropolis(key_accept, jnp.where(finite, -energy_change, -jnp.inf))
 
         proposed = AdjustedMCLMCState(end.position, end.logdensity, state.count + 1, end.grad)
-        kept = AdjustedMCLMCState(state.position, state.logdensity, state.count + 1,
-                                  state.grad)
+        kept = AdjustedMCLMCState(state.position, state.logdensity, state.count + 1, state.grad)
         info = Info(
             acceptance_rate=prob.astype(jnp.float32),
             is_divergent=is_divergent,

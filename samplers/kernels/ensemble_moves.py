@@ -74,12 +74,17 @@ class _RedBlueMove(Sampler):
     # `step` gathers the ensemble; the per-walker move inside it is blocked instead.
     step_uses_ensemble = True
 
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
-                                            kw_only=True)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
-    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 ensemble: Float[Array, "chains dim"], start: int, size: int,
-                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+    def proposal(
+        self,
+        key: PRNGKeyArray,
+        position: Float[Array, " dim"],
+        ensemble: Float[Array, "chains dim"],
+        start: int,
+        size: int,
+        count: Int[Array, ""],
+    ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
         """The proposed position and the log proposal correction
         `log q(position | proposed) - log q(proposed | position)` (Jacobian included).
 
@@ -96,8 +101,9 @@ class _RedBlueMove(Sampler):
     def grads_per_step(self) -> int:
         return 0
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> State:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> State:
         # Inside the ensemble the walker count is known at trace time: fail before the run.
         # Outside it (a single state, e.g. for inspection) there is nothing to check yet.
         try:
@@ -108,24 +114,33 @@ class _RedBlueMove(Sampler):
         logp = enn.batch_invariant(log_density)(logdensity, position)
         return State(position, logp, jnp.int32(0))
 
-    def _move(self, logdensity: Logdensity, state: State, ensemble: Array, start: int,
-              size: int, key_proposal: PRNGKeyArray,
-              key_accept: PRNGKeyArray) -> tuple[State, Info]:
+    def _move(
+        self,
+        logdensity: Logdensity,
+        state: State,
+        ensemble: Array,
+        start: int,
+        size: int,
+        key_proposal: PRNGKeyArray,
+        key_accept: PRNGKeyArray,
+    ) -> tuple[State, Info]:
         """One MH update of this walker against `ensemble[start : start + size]`."""
-        proposed, correction = self.proposal(key_proposal, state.position, ensemble, start,
-                                             size, state.count)
+        proposed, correction = self.proposal(
+            key_proposal, state.position, ensemble, start, size, state.count
+        )
         logp = log_density(logdensity, proposed)
         log_ratio = logp - state.logdensity + correction
         accept, info = metropolis_info(
-            key_accept, -log_ratio, num_grads=0,
+            key_accept,
+            -log_ratio,
+            num_grads=0,
             step_size=self.scale(state.position, state.count),
             divergence_threshold=self.divergence_threshold,
         )
         new = eqx.tree_at(lambda s: (s.position, s.logdensity), state, (proposed, logp))
         return select(accept, new, state), info
 
-    def step(self, logdensity: Logdensity, state: State,
-             key: PRNGKeyArray) -> tuple[State, Info]:
+    def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
         half = _half_size(type(self).__name__)
         in_second = enn.chain_index() >= half
         keys = jax.random.split(key, 4)  # (proposal, acceptance) for each sub-step
@@ -135,7 +150,8 @@ class _RedBlueMove(Sampler):
         for moving, start in ((0, half), (1, 0)):
             ensemble = enn.chain_all_gather(state.position)
             moved, info = enn.batch_invariant(self._move)(
-                logdensity, state, ensemble, start, half, keys[2 * moving], keys[2 * moving + 1])
+                logdensity, state, ensemble, start, half, keys[2 * moving], keys[2 * moving + 1]
+            )
             active = in_second if moving else ~in_second
             state = select(active, moved, state)
             infos.append(info)
@@ -189,14 +205,21 @@ class Stretch(_RedBlueMove):
         if a is not None and not np.all(a > 1):
             raise enn.EnsembleError(
                 f"Stretch needs a > 1 (z is drawn from [1/a, a]), got a={self.a!r}.\n  fix: "
-                "a=2.0 is the usual choice.")
+                "a=2.0 is the usual choice."
+            )
 
     def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
         return resolve(self.a, count).astype(jnp.result_type(position))
 
-    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 ensemble: Float[Array, "chains dim"], start: int, size: int,
-                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+    def proposal(
+        self,
+        key: PRNGKeyArray,
+        position: Float[Array, " dim"],
+        ensemble: Float[Array, "chains dim"],
+        start: int,
+        size: int,
+        count: Int[Array, ""],
+    ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
         a = self.scale(position, count)
         # One draw for both random numbers: threefry, not the arithmetic, is what a
         # stretch move spends its time on.
@@ -260,10 +283,12 @@ class DifferentialEvolution(_RedBlueMove):
         if gamma is not None and not np.all(gamma > 0):
             raise enn.EnsembleError(
                 f"DifferentialEvolution needs gamma > 0, got gamma={self.gamma!r}.\n  fix: "
-                "gamma=None uses 2.38 / sqrt(2 dim).")
+                "gamma=None uses 2.38 / sqrt(2 dim)."
+            )
         if sigma is not None and not np.all(sigma >= 0):
             raise enn.EnsembleError(
-                f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}.")
+                f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}."
+            )
 
     def _gamma(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Array:
         dtype = jnp.result_type(position)
@@ -276,9 +301,15 @@ class DifferentialEvolution(_RedBlueMove):
     def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
         return jnp.mean(self._gamma(position, count))
 
-    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 ensemble: Float[Array, "chains dim"], start: int, size: int,
-                 count: Int[Array, ""]) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
+    def proposal(
+        self,
+        key: PRNGKeyArray,
+        position: Float[Array, " dim"],
+        ensemble: Float[Array, "chains dim"],
+        start: int,
+        size: int,
+        count: Int[Array, ""],
+    ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
         key_jk, key_eps = jax.random.split(key)
         u_j, u_k = jax.random.uniform(key_jk, (2,), jnp.float32)
         j = _index_below(u_j, size)

@@ -73,8 +73,7 @@ class GHMC(Sampler):
     momentum_persistence: Hyper = None
     damping: Hyper = None
     inverse_mass_matrix: Hyper = 1.0
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
-                                         kw_only=True)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     def __check_init__(self) -> None:
         if (self.momentum_persistence is None) == (self.damping is None):
@@ -85,43 +84,65 @@ class GHMC(Sampler):
                 "\n   or: samplers.GHMC(step_size=0.1, damping=1.0)"
             )
 
-    def persistence(self, step_size: Float[Array, ""] | float,
-                    count: Int[Array, ""] | int) -> Float[Array, ""]:
+    def persistence(
+        self, step_size: Float[Array, ""] | float, count: Int[Array, ""] | int
+    ) -> Float[Array, ""]:
         """`alpha`, the fraction of the momentum kept by this transition's refresh."""
         if self.damping is not None:
             return jnp.exp(-resolve(self.damping, count) * step_size)
         return resolve(self.momentum_persistence, count)
 
-    def refresh(self, key: PRNGKeyArray, momentum: Float[Array, " dim"],
-                alpha: Float[Array, ""], inverse_mass_matrix: Array) -> Float[Array, " dim"]:
+    def refresh(
+        self,
+        key: PRNGKeyArray,
+        momentum: Float[Array, " dim"],
+        alpha: Float[Array, ""],
+        inverse_mass_matrix: Array,
+    ) -> Float[Array, " dim"]:
         """Partial refresh `alpha p + sqrt(1 - alpha^2) xi`, `xi ~ N(0, M)`."""
         alpha = jnp.asarray(alpha, momentum.dtype)
         noise = sample_momentum(key, momentum, inverse_mass_matrix)
         return alpha * momentum + jnp.sqrt(1 - alpha**2) * noise
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> GHMCState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> GHMCState:
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         momentum = sample_momentum(key, position, resolve(self.inverse_mass_matrix, 0))
         return GHMCState(position, logp, jnp.int32(0), grad, momentum)
 
-    def step(self, logdensity: Logdensity, state: GHMCState,
-             key: PRNGKeyArray) -> tuple[GHMCState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: GHMCState, key: PRNGKeyArray
+    ) -> tuple[GHMCState, Info]:
         key_refresh, key_accept = jax.random.split(key)
         count = state.count
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
-        p0 = self.refresh(key_refresh, state.momentum, self.persistence(step_size, count),
-                          inverse_mass_matrix)
-        x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity), state.position, p0, state.grad, step_size,
-            inverse_mass_matrix, 1, logdensity=state.logdensity,
+        p0 = self.refresh(
+            key_refresh, state.momentum, self.persistence(step_size, count), inverse_mass_matrix
         )
-        energy_change = (kinetic_energy(p, inverse_mass_matrix) - logp
-                         - kinetic_energy(p0, inverse_mass_matrix) + state.logdensity)
+        x, p, logp, grad = leapfrog(
+            value_and_grad(logdensity),
+            state.position,
+            p0,
+            state.grad,
+            step_size,
+            inverse_mass_matrix,
+            1,
+            logdensity=state.logdensity,
+        )
+        energy_change = (
+            kinetic_energy(p, inverse_mass_matrix)
+            - logp
+            - kinetic_energy(p0, inverse_mass_matrix)
+            + state.logdensity
+        )
         accept, info = metropolis_info(
-            key_accept, energy_change, num_grads=1, step_size=step_size,
+            key_accept,
+            energy_change,
+            num_grads=1,
+            step_size=step_size,
             divergence_threshold=self.divergence_threshold,
         )
         new = GHMCState(x, logp, count, grad, p)

@@ -55,8 +55,7 @@ class HMC(Sampler):
     num_integration_steps: Hyper
     inverse_mass_matrix: Hyper = 1.0
     jitter: bool = eqx.field(static=True, default=False)
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
-                                         kw_only=True)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     @property
     def grads_per_step(self) -> int:
@@ -75,19 +74,22 @@ class HMC(Sampler):
             n = jax.random.randint(key, (), 1, 2 * n)  # upper bound exclusive: 1..2n-1
         return n
 
-    def momentum(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 count: Int[Array, ""]) -> Float[Array, " dim"]:
+    def momentum(
+        self, key: PRNGKeyArray, position: Float[Array, " dim"], count: Int[Array, ""]
+    ) -> Float[Array, " dim"]:
         """A fresh momentum `p ~ N(0, M)`."""
         return sample_momentum(key, position, resolve(self.inverse_mass_matrix, count))
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> GradientState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> GradientState:
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         return GradientState(position, logp, jnp.int32(0), grad)
 
-    def step(self, logdensity: Logdensity, state: GradientState,
-             key: PRNGKeyArray) -> tuple[GradientState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
+    ) -> tuple[GradientState, Info]:
         key_momentum, key_length, key_accept = jax.random.split(key, 3)
         count = state.count
         step_size = resolve(self.step_size, count)
@@ -95,15 +97,27 @@ class HMC(Sampler):
         num_steps = self.num_steps(key_length, count)
         p0 = self.momentum(key_momentum, state.position, count)
         x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity), state.position, p0, state.grad, step_size,
-            inverse_mass_matrix, num_steps, logdensity=state.logdensity,
+            value_and_grad(logdensity),
+            state.position,
+            p0,
+            state.grad,
+            step_size,
+            inverse_mass_matrix,
+            num_steps,
+            logdensity=state.logdensity,
         )
-        energy_change = (kinetic_energy(p, inverse_mass_matrix) - logp
-                         - kinetic_energy(p0, inverse_mass_matrix) + state.logdensity)
+        energy_change = (
+            kinetic_energy(p, inverse_mass_matrix)
+            - logp
+            - kinetic_energy(p0, inverse_mass_matrix)
+            + state.logdensity
+        )
         accept, info = metropolis_info(
-            key_accept, energy_change, num_grads=num_steps, step_size=step_size,
+            key_accept,
+            energy_change,
+            num_grads=num_steps,
+            step_size=step_size,
             divergence_threshold=self.divergence_threshold,
         )
-        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state,
-                          (x, logp, grad))
+        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state, (x, logp, grad))
         return next_count(select(accept, new, state)), info

@@ -53,43 +53,60 @@ class MALA(Sampler):
     """
 
     step_size: Hyper
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
-                                         kw_only=True)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
-    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 grad: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, " dim"]:
+    def proposal(
+        self,
+        key: PRNGKeyArray,
+        position: Float[Array, " dim"],
+        grad: Float[Array, " dim"],
+        count: Int[Array, ""],
+    ) -> Float[Array, " dim"]:
         """A draw from the Langevin proposal `q(. | position)`."""
         h = resolve(self.step_size, count).astype(jnp.result_type(position))
         noise = jax.random.normal(key, position.shape, position.dtype)
         return position + 0.5 * h**2 * grad + h * noise
 
-    def log_proposal_density(self, to: Float[Array, " dim"], start: Float[Array, " dim"],
-                             grad_start: Float[Array, " dim"],
-                             count: Int[Array, ""]) -> Float[Array, ""]:
+    def log_proposal_density(
+        self,
+        to: Float[Array, " dim"],
+        start: Float[Array, " dim"],
+        grad_start: Float[Array, " dim"],
+        count: Int[Array, ""],
+    ) -> Float[Array, ""]:
         """`log q(to | start)` up to a constant that cancels in the acceptance ratio."""
         h = resolve(self.step_size, count).astype(jnp.result_type(to))
         mean = start + 0.5 * h**2 * grad_start
         return -0.5 * jnp.sum((to - mean) ** 2) / h**2
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> GradientState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> GradientState:
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         return GradientState(position, logp, jnp.int32(0), grad)
 
-    def step(self, logdensity: Logdensity, state: GradientState,
-             key: PRNGKeyArray) -> tuple[GradientState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
+    ) -> tuple[GradientState, Info]:
         key_proposal, key_accept = jax.random.split(key)
         x, count = state.position, state.count
         proposed = self.proposal(key_proposal, x, state.grad, count)
         logp, grad = value_and_grad(logdensity)(proposed)
-        log_ratio = (logp - state.logdensity
-                     + self.log_proposal_density(x, proposed, grad, count)
-                     - self.log_proposal_density(proposed, x, state.grad, count))
+        log_ratio = (
+            logp
+            - state.logdensity
+            + self.log_proposal_density(x, proposed, grad, count)
+            - self.log_proposal_density(proposed, x, state.grad, count)
+        )
         accept, info = metropolis_info(
-            key_accept, -log_ratio, num_grads=1, step_size=resolve(self.step_size, count),
+            key_accept,
+            -log_ratio,
+            num_grads=1,
+            step_size=resolve(self.step_size, count),
             divergence_threshold=self.divergence_threshold,
         )
-        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state,
-                          (proposed, logp, grad))
+        new = eqx.tree_at(
+            lambda s: (s.position, s.logdensity, s.grad), state, (proposed, logp, grad)
+        )
         return next_count(select(accept, new, state)), info

@@ -82,8 +82,7 @@ class MCLMC(Sampler):
     step_size: Hyper
     L: Hyper
     inverse_mass_matrix: Hyper = 1.0
-    integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True,
-                                                                 default="mclachlan")
+    integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
 
     @property
     def integrator_fn(self) -> IsokineticIntegrator:
@@ -96,42 +95,50 @@ class MCLMC(Sampler):
 
     def hyperparameters(self, count) -> tuple[Array, Array, Array]:
         """`(step_size, L, inverse_mass_matrix)` for this chain at step `count`."""
-        return (resolve(self.step_size, count), resolve(self.L, count),
-                resolve(self.inverse_mass_matrix, count))
+        return (
+            resolve(self.step_size, count),
+            resolve(self.L, count),
+            resolve(self.inverse_mass_matrix, count),
+        )
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> MCLMCState:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> MCLMCState:
         """Start at `position` with a uniformly random unit velocity."""
         position = jnp.asarray(position)
         logp, grad = jax.value_and_grad(logdensity)(position)
         velocity = random_unit_vector(key, position.shape[-1], position.dtype)
         return MCLMCState(position, logp, jnp.zeros((), jnp.int32), velocity, grad)
 
-    def refresh(self, velocity: Float[Array, " dim"], key: PRNGKeyArray,
-                step_size: Array, L: Array) -> Float[Array, " dim"]:
+    def refresh(
+        self, velocity: Float[Array, " dim"], key: PRNGKeyArray, step_size: Array, L: Array
+    ) -> Float[Array, " dim"]:
         """The Langevin part: partial velocity refresh (override for other noise)."""
         return partially_refresh_velocity(velocity, key, step_size, L)
 
-    def integrate(self, logdensity: Logdensity, state: MCLMCState, step_size: Array,
-                  inverse_mass_matrix: Array) -> tuple[IntegratorState, Array]:
+    def integrate(
+        self,
+        logdensity: Logdensity,
+        state: MCLMCState,
+        step_size: Array,
+        inverse_mass_matrix: Array,
+    ) -> tuple[IntegratorState, Array]:
         """The deterministic part: one integrator step; returns the kinetic change too."""
         start = IntegratorState(state.position, state.velocity, state.logdensity, state.grad)
         return self.integrator_fn(logdensity, start, step_size, inverse_mass_matrix)
 
-    def step(self, logdensity: Logdensity, state: MCLMCState,
-             key: PRNGKeyArray) -> tuple[MCLMCState, Info]:
+    def step(
+        self, logdensity: Logdensity, state: MCLMCState, key: PRNGKeyArray
+    ) -> tuple[MCLMCState, Info]:
         step_size, L, imm = self.hyperparameters(state.count)
         new, kinetic_change = self.integrate(logdensity, state, step_size, imm)
         energy_change = kinetic_change - (new.logdensity - state.logdensity)
         finite = _all_finite(new, energy_change)
         # On a reverted step the old velocity still gets the noise, so a chain stuck at a
         # bad direction is not retried with exactly the same move.
-        velocity = self.refresh(jnp.where(finite, new.velocity, state.velocity), key,
-                                step_size, L)
-        proposed = MCLMCState(new.position, new.logdensity, state.count + 1, velocity,
-                              new.grad)
-        kept = MCLMCState(state.position, state.logdensity, state.count + 1, velocity,
-                          state.grad)
+        velocity = self.refresh(jnp.where(finite, new.velocity, state.velocity), key, step_size, L)
+        proposed = MCLMCState(new.position, new.logdensity, state.count + 1, velocity, new.grad)
+        kept = MCLMCState(state.position, state.logdensity, state.count + 1, velocity, state.grad)
         info = Info(
             acceptance_rate=finite.astype(jnp.float32),
             is_divergent=~finite,

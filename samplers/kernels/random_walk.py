@@ -75,40 +75,45 @@ class RandomWalk(Sampler):
     """
 
     step_size: Hyper
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD,
-                                         kw_only=True)
+    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     @property
     def grads_per_step(self) -> int:
         return 0
 
-    def proposal(self, key: PRNGKeyArray, position: Float[Array, " dim"],
-                 count: Int[Array, ""]) -> Float[Array, " dim"]:
+    def proposal(
+        self, key: PRNGKeyArray, position: Float[Array, " dim"], count: Int[Array, ""]
+    ) -> Float[Array, " dim"]:
         """The proposed position: a Gaussian step of scale `step_size` from `position`."""
         step_size = resolve(self.step_size, count).astype(jnp.result_type(position))
         return position + step_size * jax.random.normal(key, position.shape, position.dtype)
 
-    def log_proposal_correction(self, position: Float[Array, " dim"],
-                                proposed: Float[Array, " dim"],
-                                count: Int[Array, ""]) -> Float[Array, ""]:
+    def log_proposal_correction(
+        self, position: Float[Array, " dim"], proposed: Float[Array, " dim"], count: Int[Array, ""]
+    ) -> Float[Array, ""]:
         """`log q(position | proposed) - log q(proposed | position)`: 0 for a symmetric
         proposal such as the Gaussian random walk."""
         return jnp.zeros((), jnp.result_type(position))
 
-    def init(self, logdensity: Logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> State:
+    def init(
+        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> State:
         position = jnp.asarray(position)
         return State(position, log_density(logdensity, position), jnp.int32(0))
 
-    def step(self, logdensity: Logdensity, state: State,
-             key: PRNGKeyArray) -> tuple[State, Info]:
+    def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
         key_proposal, key_accept = jax.random.split(key)
         proposed = self.proposal(key_proposal, state.position, state.count)
         logp = log_density(logdensity, proposed)
-        log_ratio = (logp - state.logdensity
-                     + self.log_proposal_correction(state.position, proposed, state.count))
+        log_ratio = (
+            logp
+            - state.logdensity
+            + self.log_proposal_correction(state.position, proposed, state.count)
+        )
         accept, info = metropolis_info(
-            key_accept, -log_ratio, num_grads=0,
+            key_accept,
+            -log_ratio,
+            num_grads=0,
             step_size=resolve(self.step_size, state.count),
             divergence_threshold=self.divergence_threshold,
         )

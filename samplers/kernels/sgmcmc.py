@@ -84,8 +84,9 @@ class _StochasticGradient(Sampler):
             return jax.random.randint(key, (self.batch_size,), 0, self.num_data)
         return jax.random.choice(key, self.num_data, (self.batch_size,), replace=False)
 
-    def estimate(self, logdensity, position: Float[Array, " dim"],
-                 key: PRNGKeyArray) -> tuple[Float[Array, ""], Float[Array, " dim"]]:
+    def estimate(
+        self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
+    ) -> tuple[Float[Array, ""], Float[Array, " dim"]]:
         """Minibatch estimate of `(log p, grad log p)` at `position` with a fresh batch."""
         indices = self.batch_indices(key)
         return jax.value_and_grad(logdensity)(position, indices)
@@ -129,21 +130,22 @@ class SGLD(_StochasticGradient):
     temperature: Hyper = 1.0
     replace: bool = eqx.field(static=True, default=True)
 
-    def init(self, logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> SGLDState:
+    def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGLDState:
         """Start at `position`, with a gradient estimate from a batch drawn from `key`."""
         position = jnp.asarray(position)
         logp, grad = self.estimate(logdensity, position, key)
         return SGLDState(position, logp, jnp.zeros((), jnp.int32), grad)
 
-    def step(self, logdensity, state: SGLDState,
-             key: PRNGKeyArray) -> tuple[SGLDState, Info]:
+    def step(self, logdensity, state: SGLDState, key: PRNGKeyArray) -> tuple[SGLDState, Info]:
         step_size = resolve(self.step_size, state.count)
         temperature = resolve(self.temperature, state.count)
         key_noise, key_batch = jax.random.split(key)
         noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
-        position = (state.position + step_size * state.grad
-                    + jnp.sqrt(2.0 * step_size * temperature) * noise)
+        position = (
+            state.position
+            + step_size * state.grad
+            + jnp.sqrt(2.0 * step_size * temperature) * noise
+        )
         logp, grad = self.estimate(logdensity, position, key_batch)
         finite = _all_finite(position, logp, grad)
         new = SGLDState(position, logp, state.count + 1, grad)
@@ -201,8 +203,7 @@ class SGHMC(_StochasticGradient):
     temperature: Hyper = 1.0
     replace: bool = eqx.field(static=True, default=True)
 
-    def init(self, logdensity, position: Float[Array, " dim"],
-             key: PRNGKeyArray) -> SGHMCState:
+    def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGHMCState:
         """Start at `position` with momentum drawn from its stationary law at step 0."""
         position = jnp.asarray(position)
         key_batch, key_momentum = jax.random.split(key)
@@ -211,22 +212,29 @@ class SGHMC(_StochasticGradient):
         momentum = scale * jax.random.normal(key_momentum, position.shape, position.dtype)
         return SGHMCState(position, logp, jnp.zeros((), jnp.int32), grad, momentum)
 
-    def step(self, logdensity, state: SGHMCState,
-             key: PRNGKeyArray) -> tuple[SGHMCState, Info]:
+    def step(self, logdensity, state: SGHMCState, key: PRNGKeyArray) -> tuple[SGHMCState, Info]:
         eta = resolve(self.step_size, state.count)
         alpha = resolve(self.friction, state.count)
         temperature = resolve(self.temperature, state.count)
         key_noise, key_batch = jax.random.split(key)
         noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
-        momentum = ((1.0 - alpha) * state.momentum + eta * state.grad
-                    + jnp.sqrt(2.0 * alpha * eta * temperature) * noise)
+        momentum = (
+            (1.0 - alpha) * state.momentum
+            + eta * state.grad
+            + jnp.sqrt(2.0 * alpha * eta * temperature) * noise
+        )
         position = state.position + momentum
         logp, grad = self.estimate(logdensity, position, key_batch)
         finite = _all_finite(position, momentum, logp, grad)
         new = SGHMCState(position, logp, state.count + 1, grad, momentum)
         # A reverted step also drops the momentum, which is what blew up.
-        kept = SGHMCState(state.position, state.logdensity, state.count + 1, state.grad,
-                          jnp.zeros_like(state.momentum))
+        kept = SGHMCState(
+            state.position,
+            state.logdensity,
+            state.count + 1,
+            state.grad,
+            jnp.zeros_like(state.momentum),
+        )
         info = Info(
             acceptance_rate=finite.astype(jnp.float32),
             is_divergent=~finite,

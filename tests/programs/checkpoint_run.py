@@ -37,15 +37,27 @@ if mode == "kill":
             time.sleep(600)
 
     samplers.checkpoint._mid_write_hook = pause
-    samplers.run(sampler, target, positions, checkpoint_dir=folder,
-                 checkpoint_every=RUN["checkpoint_every"], **kwargs)
+    samplers.run(
+        sampler,
+        target,
+        positions,
+        checkpoint_dir=folder,
+        checkpoint_every=RUN["checkpoint_every"],
+        **kwargs,
+    )
     raise SystemExit("the run finished: it should have been killed mid-write")
 
 result = samplers.run(sampler, target, positions, checkpoint_dir=folder, resume=True, **kwargs)
-np.savez(sys.argv[4], position=np.asarray(result.state.position),
-         mean=np.asarray(result.moments.mean), m2=np.asarray(result.moments.m2),
-         second=np.asarray(result.moments.second_moment),
-         trace=np.asarray(result.trace), bias=np.asarray(result.bias_history),
-         acceptance=np.asarray(result.acceptance_rate), rhat=np.asarray(result.diagnostics.rhat),
-         ess=np.asarray(result.diagnostics.ess))
+np.savez(
+    sys.argv[4],
+    position=np.asarray(result.state.position),
+    mean=np.asarray(result.moments.mean),
+    m2=np.asarray(result.moments.m2),
+    second=np.asarray(result.moments.second_moment),
+    trace=np.asarray(result.trace),
+    bias=np.asarray(result.bias_history),
+    acceptance=np.asarray(result.acceptance_rate),
+    rhat=np.asarray(result.diagnostics.rhat),
+    ess=np.asarray(result.diagnostics.ess),
+)
 print("done; final checkpoint at step", samplers.checkpoint.inspect(folder)["step"], flush=True)

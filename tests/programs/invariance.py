@@ -21,6 +21,7 @@ NUM_CHAINS, DIM, STEPS = 24, 5, 60  # 24 chains: 3 per device on 8 devices (not 
 
 def walk(x, key):
     reductions = (enn.chain_sum(x), enn.chain_mean(x**2), enn.chain_all_gather(x))
+
     def step(carry, t):
         x, mean_track = carry
         k = jax.random.fold_in(key, t)
@@ -40,8 +41,19 @@ x0 = jax.random.normal(jax.random.key(1), (NUM_CHAINS, DIM))
 f = enn.ensemble_map(walk, mesh=mesh, in_roles=enn.PER_CHAIN)
 x, track, gathered, index, (sum24, msq24, all24) = f(x0, typed)
 x8, track8, _, _, (sum16, msq16, _) = f(x0[:16], typed[:16])  # a power of two per device
-np.savez(out_path, typed=np.asarray(jax.random.key_data(typed)), raw=np.asarray(raw),
-         x=np.asarray(x), track=np.asarray(track), gathered=np.asarray(gathered),
-         index=np.asarray(index), x16=np.asarray(x8), track16=np.asarray(track8),
-         sum24=np.asarray(sum24), msq24=np.asarray(msq24), all24=np.asarray(all24),
-         sum16=np.asarray(sum16), msq16=np.asarray(msq16))
+np.savez(
+    out_path,
+    typed=np.asarray(jax.random.key_data(typed)),
+    raw=np.asarray(raw),
+    x=np.asarray(x),
+    track=np.asarray(track),
+    gathered=np.asarray(gathered),
+    index=np.asarray(index),
+    x16=np.asarray(x8),
+    track16=np.asarray(track8),
+    sum24=np.asarray(sum24),
+    msq24=np.asarray(msq24),
+    all24=np.asarray(all24),
+    sum16=np.asarray(sum16),
+    msq16=np.asarray(msq16),
+)

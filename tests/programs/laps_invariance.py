@@ -12,8 +12,11 @@ import os
 import sys
 
 num_devices, out_path = int(sys.argv[1]), sys.argv[2]
-BLOCK = {"none": None, "auto": "auto"}[sys.argv[3]] if sys.argv[3] in ("none", "auto") \
+BLOCK = (
+    {"none": None, "auto": "auto"}[sys.argv[3]]
+    if sys.argv[3] in ("none", "auto")
     else int(sys.argv[3])
+)
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -36,9 +39,18 @@ def run(dtype: str) -> dict:
     positions = np.random.default_rng(3).standard_normal((NUM_CHAINS, DIM)).astype(dtype)
     laps = samplers.LAPS(num_steps1=60, num_adaptation_steps=8, superchain_size=4)
     mesh = jax.make_mesh((num_devices,), ("chains",))
-    result = samplers.run(None, target, positions, key=jax.random.key(7), num_steps=12,
-                          adaptation=laps, mesh=mesh, superchain_size=4, progress=False,
-                          block_size=BLOCK)
+    result = samplers.run(
+        None,
+        target,
+        positions,
+        key=jax.random.key(7),
+        num_steps=12,
+        adaptation=laps,
+        mesh=mesh,
+        superchain_size=4,
+        progress=False,
+        block_size=BLOCK,
+    )
     tuned, info = result.sampler, result.adaptation_info
     saved = {
         "position": result.state.position,

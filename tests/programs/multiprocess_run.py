@@ -19,8 +19,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import samplers.distributed as dist  # noqa: E402  (imports jax, starts no backend)
 
 if num_processes > 1:
-    dist.initialize(num_processes, process_id, port, local_device_count=local_devices,
-                    timeout=90)
+    dist.initialize(num_processes, process_id, port, local_device_count=local_devices, timeout=90)
 else:
     import jax
 
@@ -53,7 +52,7 @@ def listening_addresses() -> list[str]:
                     if len(raw) == 4:
                         host = ".".join(str(b) for b in raw[::-1])
                     else:  # IPv6: four little-endian 32-bit words
-                        words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                        words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
                         host = "[" + b"".join(words).hex() + "]"
                     found.append(f"{host}:{int(port, 16)}")
     return found
@@ -89,14 +88,14 @@ def save_then_stop(self, snapshot, total):
 folder = os.path.join(out_dir, "checkpoint")
 samplers.checkpoint.Checkpointer.save = save_then_stop
 try:
-    samplers.run(sampler, target, positions, checkpoint_dir=folder, checkpoint_every=20,
-                 **kwargs)
+    samplers.run(sampler, target, positions, checkpoint_dir=folder, checkpoint_every=20, **kwargs)
     raise SystemExit("the run was not interrupted")
 except Interrupt:
     pass
 samplers.checkpoint.Checkpointer.save = save
-resumed_result = samplers.run(sampler, target, positions, checkpoint_dir=folder,
-                              checkpoint_every=20, resume=True, **kwargs)
+resumed_result = samplers.run(
+    sampler, target, positions, checkpoint_dir=folder, checkpoint_every=20, resume=True, **kwargs
+)
 resumed = outcome(resumed_result)
 resumed_result.summary()  # printed by process 0 only
 if dist.is_main_process():

@@ -13,10 +13,21 @@ import numpy as np  # noqa: E402
 import samplers  # noqa: E402
 
 target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
-result = samplers.run(samplers.MALA(step_size=0.6), target,
-                      jax.random.normal(jax.random.key(3), (16, 4)), key=jax.random.key(0),
-                      num_steps=60, num_warmup=20, progress=False, superchain_size=4)
-np.savez(out_path, position=np.asarray(result.state.position),
-         rhat=np.asarray(result.diagnostics.rhat), ess=np.asarray(result.diagnostics.ess),
-         b2=np.asarray(result.diagnostics.bias_squared_max),
-         acceptance=np.asarray(result.acceptance_rate))
+result = samplers.run(
+    samplers.MALA(step_size=0.6),
+    target,
+    jax.random.normal(jax.random.key(3), (16, 4)),
+    key=jax.random.key(0),
+    num_steps=60,
+    num_warmup=20,
+    progress=False,
+    superchain_size=4,
+)
+np.savez(
+    out_path,
+    position=np.asarray(result.state.position),
+    rhat=np.asarray(result.diagnostics.rhat),
+    ess=np.asarray(result.diagnostics.ess),
+    b2=np.asarray(result.diagnostics.bias_squared_max),
+    acceptance=np.asarray(result.acceptance_rate),
+)
