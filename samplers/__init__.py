@@ -11,24 +11,10 @@ Example:
 """
 
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
-from . import isokinetic, targets
-from ._adaptation import Adaptation
-from ._moments import ChainMoments
-from ._result import Diagnostics, Result
-from ._run import run
-from ._sampler import (
-    Hyper,
-    Info,
-    Logdensity,
-    Sampler,
-    State,
-    metropolis,
-    resolve,
-    select,
-    unadjusted_info,
-)
-from .adaptation import LAPS, MEADS, AdaptationInfo, ChEES, EnsembleAdaptation
+from . import targets
+from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
 from .checkpoint import CheckpointError, CheckpointMismatchError
+from .driver import ChainMoments, Diagnostics, Result, run
 from .kernels import (
     GHMC,
     HMC,
@@ -41,12 +27,32 @@ from .kernels import (
     DifferentialEvolution,
     GHMCState,
     GradientState,
+    Hyper,
+    Info,
+    Logdensity,
     MCLMCState,
     RandomWalk,
+    Sampler,
     SGHMCState,
     SGLDState,
+    State,
     Stretch,
+    hyperparameter,
+    metropolis,
+    resolve,
+    select,
+    unadjusted_info,
 )
+
+
+def __getattr__(name: str):
+    # Deprecated module locations, importable for one release (with a warning).
+    if name == "isokinetic":
+        import importlib
+
+        return importlib.import_module(".isokinetic", __name__)
+    raise AttributeError(f"module 'samplers' has no attribute {name!r}")
+
 
 __all__ = [
     # the driver and its result
@@ -60,6 +66,7 @@ __all__ = [
     "Info",
     "Hyper",
     "Logdensity",
+    "hyperparameter",
     "resolve",
     "metropolis",
     "select",
@@ -99,6 +106,5 @@ __all__ = [
     "distributed",
     "ensembles",
     "integrators",
-    "isokinetic",
     "targets",
 ]

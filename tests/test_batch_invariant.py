@@ -9,7 +9,7 @@ from jax.sharding import AxisType
 
 import ensemblenn as enn
 import samplers
-import samplers.isokinetic as iso
+import samplers.integrators.isokinetic as iso
 
 DIM = 100
 VARIANCES = np.logspace(0.0, 2.0, DIM).astype(np.float32)

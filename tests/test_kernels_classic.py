@@ -76,8 +76,8 @@ class MALANoCorrection(samplers.MALA):
 class HMCWrongMomentum(samplers.HMC):
     """Wrong on purpose: momenta from N(0, M^{-1}) instead of N(0, M)."""
 
-    def momentum(self, key, position, count):
-        return sample_momentum(key, position, PRECISION)  # used with inverse mass = COV
+    def momentum(self, position, count, key):
+        return sample_momentum(position, PRECISION, key)  # used with inverse mass = COV
 
 
 SCHEDULE = optax.linear_schedule(2.0, 0.8, transition_steps=6, transition_begin=2)
@@ -177,7 +177,7 @@ def test_mala_correction_equals_one_step_hmc_energy_error():
         x = jax.random.normal(kx, (5,))
         mala, vg = samplers.MALA(step_size=0.7), value_and_grad(quartic)
         logp, grad = vg(x)
-        proposed = mala.proposal(kz, x, grad, jnp.int32(0))
+        proposed = mala.proposal(x, grad, jnp.int32(0), kz)
         momentum = jax.random.normal(kz, (5,))
         x1, p1, logp1, grad1 = leapfrog(vg, x, momentum, grad, 0.7, 1.0, 1)
         correction = mala.log_proposal_density(x, x1, grad1, 0) - mala.log_proposal_density(
@@ -223,7 +223,7 @@ def test_leapfrog_is_reversible_second_order_and_mass_forms_agree():
 def test_momentum_covariance_is_the_mass_matrix(form):
     inverse_mass = {"scalar": jnp.float32(0.25), "diagonal": jnp.diag(COV), "dense": COV}[form]
     keys = jax.random.split(jax.random.key(4), 20000)
-    p = jax.vmap(lambda k: sample_momentum(k, jnp.zeros(2), inverse_mass))(keys)
+    p = jax.vmap(lambda k: sample_momentum(jnp.zeros(2), inverse_mass, k))(keys)
     mass = {
         "scalar": 4.0 * jnp.eye(2),
         "diagonal": jnp.diag(1 / jnp.diag(COV)),
@@ -401,7 +401,7 @@ class MaskedWalk(samplers.RandomWalk):
 
     mask: jax.Array
 
-    def proposal(self, key, position, count):
+    def proposal(self, position, count, key):
         step_size = samplers.resolve(self.step_size, count)
         return position + self.mask * step_size * jax.random.normal(key, position.shape)
 

@@ -16,7 +16,7 @@ import pytest
 
 import ensemblenn as enn
 import samplers
-import samplers.isokinetic as iso
+import samplers.integrators.isokinetic as iso
 
 DIM = 10
 SIGMA = jnp.logspace(-0.5, 0.5, DIM)  # standard deviations: condition number 10 in sd

@@ -1,5 +1,6 @@
 """Ensemble adaptation schemes: hyperparameters learnt from cross-chain statistics."""
 
+from ._protocol import Adaptation
 from ._base import AdaptationInfo, EnsembleAdaptation, as_array, finite_chain_mean
 
 # --- LAPS ---

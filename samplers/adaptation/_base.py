@@ -10,8 +10,8 @@ from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .._adaptation import Adaptation
-from .._sampler import Info, Logdensity, Sampler, State, step_chain
+from ..kernels import Info, Logdensity, Sampler, State, step_chain
+from ._protocol import Adaptation
 
 
 def finite_chain_mean(stats: PyTree) -> tuple[PyTree, Int[Array, ""]]:

@@ -23,11 +23,19 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .._sampler import Info, Logdensity, Sampler, resolve, select
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad, velocity
-from ..kernels.hmc import HMC
-from ..kernels.mala import GradientState
-from ..kernels.random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
+from ..kernels import (
+    DIVERGENCE_THRESHOLD,
+    HMC,
+    GradientState,
+    Info,
+    Logdensity,
+    Sampler,
+    metropolis_info,
+    next_count,
+    resolve,
+    select,
+)
 from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
 
 _DEFAULT_OPTIMIZER = optax.adam(0.025)
@@ -133,7 +141,7 @@ class _ChEESKernel(Sampler):
         length = h * self.trajectory_length / self.step_size
         num_steps = jnp.clip(jnp.ceil(length), 1, self.max_num_steps).astype(jnp.int32)
         imm = self.inverse_mass_matrix
-        p0 = sample_momentum(key_momentum, state.position, imm)
+        p0 = sample_momentum(state.position, imm, key_momentum)
         x, p, logp, grad = leapfrog(
             value_and_grad(logdensity),
             state.position,
@@ -146,8 +154,8 @@ class _ChEESKernel(Sampler):
         )
         energy_change = kinetic_energy(p, imm) - logp - kinetic_energy(p0, imm) + state.logdensity
         accept, info = metropolis_info(
-            key_accept,
             energy_change,
+            key_accept,
             num_grads=num_steps,
             step_size=self.step_size,
             divergence_threshold=self.divergence_threshold,

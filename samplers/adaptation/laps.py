@@ -31,12 +31,19 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 import ensemblenn as enn
 
 from .. import diagnostics as diag
-from .._adaptation import Adaptation
-from .._sampler import Logdensity, Sampler, init_chain, step_chain
-from ..isokinetic import IntegratorName, get_integrator
-from ..kernels.adjusted_mclmc import AdjustedMCLMC, AdjustedMCLMCState
-from ..kernels.mclmc import MCLMC, MCLMCState
+from ..integrators.isokinetic import IntegratorName, get_integrator
+from ..kernels import (
+    MCLMC,
+    AdjustedMCLMC,
+    AdjustedMCLMCState,
+    Logdensity,
+    MCLMCState,
+    Sampler,
+    init_chain,
+    step_chain,
+)
 from ._base import finite_chain_mean
+from ._protocol import Adaptation
 
 __all__ = ["LAPS", "LAPSInfo"]
 

@@ -14,9 +14,17 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .._sampler import Info, Logdensity, Sampler, resolve, select, step_chain
-from ..kernels.ghmc import GHMC, GHMCState
-from ..kernels.random_walk import next_count
+from ..kernels import (
+    GHMC,
+    GHMCState,
+    Info,
+    Logdensity,
+    Sampler,
+    next_count,
+    resolve,
+    select,
+    step_chain,
+)
 from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
 from .chees import pack, unpack
 

@@ -18,8 +18,8 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resolve, select
-from ..isokinetic import (
+from ..integrators import value_and_grad
+from ..integrators.isokinetic import (
     IntegratorName,
     IntegratorState,
     IsokineticIntegrator,
@@ -27,6 +27,8 @@ from ..isokinetic import (
     partially_refresh_velocity,
     random_unit_vector,
 )
+from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
+from ._transition import all_finite, metropolis, select
 
 __all__ = ["AdjustedMCLMC", "AdjustedMCLMCState"]
 
@@ -85,9 +87,9 @@ class AdjustedMCLMC(Sampler):
         (1, 8, True)
     """
 
-    step_size: Hyper
-    num_integration_steps: Hyper
-    inverse_mass_matrix: Hyper = 1.0
+    step_size: Hyper = hyperparameter(positive=True)
+    num_integration_steps: Hyper = hyperparameter(positive=True)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     L_proposal_factor: Hyper = math.inf
     integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
     divergence_threshold: float = eqx.field(static=True, default=1000.0)
@@ -114,24 +116,24 @@ class AdjustedMCLMC(Sampler):
         """Start at `position` (`key` is unused: the velocity is drawn at each step)."""
         del key
         position = jnp.asarray(position)
-        logp, grad = jax.value_and_grad(logdensity)(position)
+        logp, grad = value_and_grad(logdensity)(position)
         return AdjustedMCLMCState(position, logp, jnp.zeros((), jnp.int32), grad)
 
     def refresh(
-        self, velocity: Float[Array, " dim"], key: PRNGKeyArray, step_size: Array, L: Array
+        self, velocity: Float[Array, " dim"], step_size: Array, L: Array, key: PRNGKeyArray
     ) -> Float[Array, " dim"]:
         """In-trajectory Langevin noise (only used when `L_proposal_factor` is finite)."""
-        return partially_refresh_velocity(velocity, key, step_size, L)
+        return partially_refresh_velocity(velocity, step_size, L, key)
 
     def trajectory(
         self,
         logdensity: Logdensity,
         state: IntegratorState,
-        key: PRNGKeyArray,
         step_size: Array,
         num_steps: Int[Array, ""],
         inverse_mass_matrix: Array,
         L_proposal: Array,
+        key: PRNGKeyArray,
     ) -> tuple[IntegratorState, Float[Array, ""]]:
         """Integrate `num_steps` steps; returns the end point and the summed kinetic change.
 
@@ -145,7 +147,7 @@ class AdjustedMCLMC(Sampler):
             point, kinetic = carry
             point, dk = integrator(logdensity, point, step_size, inverse_mass_matrix)
             if noisy:
-                u = self.refresh(point.velocity, jax.random.fold_in(key, i), step_size, L_proposal)
+                u = self.refresh(point.velocity, step_size, L_proposal, jax.random.fold_in(key, i))
                 point = IntegratorState(point.position, u, point.logdensity, point.grad)
             return point, kinetic + dk
 
@@ -163,26 +165,25 @@ class AdjustedMCLMC(Sampler):
         L_proposal = resolve(self.L_proposal_factor, state.count) * num_steps * step_size
 
         key_velocity, key_trajectory, key_accept = jax.random.split(key, 3)
-        velocity = random_unit_vector(key_velocity, state.position.shape[-1], state.position.dtype)
+        velocity = random_unit_vector(state.position.shape[-1], key_velocity, state.position.dtype)
         start = IntegratorState(state.position, velocity, state.logdensity, state.grad)
         end, kinetic_change = self.trajectory(
-            logdensity, start, key_trajectory, step_size, num_steps, imm, L_proposal
+            logdensity, start, step_size, num_steps, imm, L_proposal, key_trajectory
         )
 
         energy_change = kinetic_change - (end.logdensity - state.logdensity)
-        finite = jnp.all(
-            jnp.stack([jnp.all(jnp.isfinite(x)) for x in (end.position, end.grad, energy_change)])
-        )
+        finite = all_finite(end.position, end.grad, energy_change)
         is_divergent = ~finite | (jnp.abs(energy_change) > self.divergence_threshold)
-        accept, prob = metropolis(key_accept, jnp.where(finite, -energy_change, -jnp.inf))
+        accept, prob = metropolis(jnp.where(finite, -energy_change, -jnp.inf), key_accept)
 
         proposed = AdjustedMCLMCState(end.position, end.logdensity, state.count + 1, end.grad)
         kept = AdjustedMCLMCState(state.position, state.logdensity, state.count + 1, state.grad)
+        dtype = jnp.result_type(state.position)
         info = Info(
-            acceptance_rate=prob.astype(jnp.float32),
+            acceptance_rate=prob.astype(dtype),
             is_divergent=is_divergent,
             num_grads=(num_steps * self.integrator_fn.grads_per_step).astype(jnp.int32),
-            energy_change=jnp.where(finite, energy_change, 0.0).astype(jnp.float32),
-            step_size=jnp.asarray(step_size, jnp.float32),
+            energy_change=jnp.where(finite, energy_change, 0.0).astype(dtype),
+            step_size=jnp.asarray(step_size, dtype),
         )
         return select(accept, proposed, kept), info

@@ -28,8 +28,8 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, State, resolve, select
-from .random_walk import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count
+from ._base import Hyper, Info, Logdensity, Sampler, State, resolve
+from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
 
 MIN_WALKERS = 4
 """Fewest walkers: each half needs two, since differential evolution draws a pair j != k."""
@@ -131,8 +131,8 @@ class _RedBlueMove(Sampler):
         logp = log_density(logdensity, proposed)
         log_ratio = logp - state.logdensity + correction
         accept, info = metropolis_info(
-            key_accept,
             -log_ratio,
+            key_accept,
             num_grads=0,
             step_size=self.scale(state.position, state.count),
             divergence_threshold=self.divergence_threshold,

@@ -8,10 +8,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, resolve, select
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
-from .mala import GradientState
-from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
+from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
+from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
 
 
 class GHMCState(GradientState):
@@ -69,10 +68,10 @@ class GHMC(Sampler):
         0.741
     """
 
-    step_size: Hyper
+    step_size: Hyper = hyperparameter(positive=True)
     momentum_persistence: Hyper = None
     damping: Hyper = None
-    inverse_mass_matrix: Hyper = 1.0
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     def __check_init__(self) -> None:
@@ -94,14 +93,14 @@ class GHMC(Sampler):
 
     def refresh(
         self,
-        key: PRNGKeyArray,
         momentum: Float[Array, " dim"],
         alpha: Float[Array, ""],
         inverse_mass_matrix: Array,
+        key: PRNGKeyArray,
     ) -> Float[Array, " dim"]:
         """Partial refresh `alpha p + sqrt(1 - alpha^2) xi`, `xi ~ N(0, M)`."""
         alpha = jnp.asarray(alpha, momentum.dtype)
-        noise = sample_momentum(key, momentum, inverse_mass_matrix)
+        noise = sample_momentum(momentum, inverse_mass_matrix, key)
         return alpha * momentum + jnp.sqrt(1 - alpha**2) * noise
 
     def init(
@@ -109,7 +108,7 @@ class GHMC(Sampler):
     ) -> GHMCState:
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
-        momentum = sample_momentum(key, position, resolve(self.inverse_mass_matrix, 0))
+        momentum = sample_momentum(position, resolve(self.inverse_mass_matrix, 0), key)
         return GHMCState(position, logp, jnp.int32(0), grad, momentum)
 
     def step(
@@ -120,7 +119,7 @@ class GHMC(Sampler):
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
         p0 = self.refresh(
-            key_refresh, state.momentum, self.persistence(step_size, count), inverse_mass_matrix
+            state.momentum, self.persistence(step_size, count), inverse_mass_matrix, key_refresh
         )
         x, p, logp, grad = leapfrog(
             value_and_grad(logdensity),
@@ -139,8 +138,8 @@ class GHMC(Sampler):
             + state.logdensity
         )
         accept, info = metropolis_info(
-            key_accept,
             energy_change,
+            key_accept,
             num_grads=1,
             step_size=step_size,
             divergence_threshold=self.divergence_threshold,

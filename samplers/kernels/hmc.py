@@ -9,10 +9,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, resolve, select
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
-from .mala import GradientState
-from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
+from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
+from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
 
 
 class HMC(Sampler):
@@ -51,9 +50,9 @@ class HMC(Sampler):
         (8, True)
     """
 
-    step_size: Hyper
-    num_integration_steps: Hyper
-    inverse_mass_matrix: Hyper = 1.0
+    step_size: Hyper = hyperparameter(positive=True)
+    num_integration_steps: Hyper = hyperparameter(positive=True)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     jitter: bool = eqx.field(static=True, default=False)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
@@ -66,7 +65,7 @@ class HMC(Sampler):
             n = np.mean(np.asarray(n.value))
         return max(1, int(np.round(np.asarray(resolve(n, 0)))))
 
-    def num_steps(self, key: PRNGKeyArray, count: Int[Array, ""]) -> Int[Array, ""]:
+    def num_steps(self, count: Int[Array, ""], key: PRNGKeyArray) -> Int[Array, ""]:
         """The number of leapfrog steps of this transition (drawn when `jitter`)."""
         n = jnp.maximum(jnp.round(resolve(self.num_integration_steps, count)), 1)
         n = n.astype(jnp.int32)
@@ -75,17 +74,15 @@ class HMC(Sampler):
         return n
 
     def momentum(
-        self, key: PRNGKeyArray, position: Float[Array, " dim"], count: Int[Array, ""]
+        self, position: Float[Array, " dim"], count: Int[Array, ""], key: PRNGKeyArray
     ) -> Float[Array, " dim"]:
         """A fresh momentum `p ~ N(0, M)`."""
-        return sample_momentum(key, position, resolve(self.inverse_mass_matrix, count))
+        return sample_momentum(position, resolve(self.inverse_mass_matrix, count), key)
 
     def init(
         self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
     ) -> GradientState:
-        position = jnp.asarray(position)
-        logp, grad = value_and_grad(logdensity)(position)
-        return GradientState(position, logp, jnp.int32(0), grad)
+        return GradientState.at(logdensity, position)
 
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
@@ -94,8 +91,8 @@ class HMC(Sampler):
         count = state.count
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
-        num_steps = self.num_steps(key_length, count)
-        p0 = self.momentum(key_momentum, state.position, count)
+        num_steps = self.num_steps(count, key_length)
+        p0 = self.momentum(state.position, count, key_momentum)
         x, p, logp, grad = leapfrog(
             value_and_grad(logdensity),
             state.position,
@@ -113,8 +110,8 @@ class HMC(Sampler):
             + state.logdensity
         )
         accept, info = metropolis_info(
-            key_accept,
             energy_change,
+            key_accept,
             num_grads=num_steps,
             step_size=step_size,
             divergence_threshold=self.divergence_threshold,

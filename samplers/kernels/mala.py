@@ -5,24 +5,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, State, resolve, select
 from ..integrators import value_and_grad
-from .random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
-
-
-class GradientState(State):
-    """A chain state that also stores the gradient of the log-density at `position`, so a
-    step only differentiates at the proposal (MALA and HMC use it).
-
-    Example:
-        >>> import jax, jax.numpy as jnp, samplers
-        >>> state = samplers.HMC(0.1, 5).init(lambda x: -0.5 * (x**2).sum(), jnp.ones(2),
-        ...                                   jax.random.key(0))
-        >>> isinstance(state, samplers.GradientState), state.grad.tolist()
-        (True, [-1.0, -1.0])
-    """
-
-    grad: Float[Array, " dim"]
+from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
+from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
 
 
 class MALA(Sampler):
@@ -52,15 +37,15 @@ class MALA(Sampler):
         (1, 0.8)
     """
 
-    step_size: Hyper
+    step_size: Hyper = hyperparameter(positive=True)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     def proposal(
         self,
-        key: PRNGKeyArray,
         position: Float[Array, " dim"],
         grad: Float[Array, " dim"],
         count: Int[Array, ""],
+        key: PRNGKeyArray,
     ) -> Float[Array, " dim"]:
         """A draw from the Langevin proposal `q(. | position)`."""
         h = resolve(self.step_size, count).astype(jnp.result_type(position))
@@ -82,16 +67,14 @@ class MALA(Sampler):
     def init(
         self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
     ) -> GradientState:
-        position = jnp.asarray(position)
-        logp, grad = value_and_grad(logdensity)(position)
-        return GradientState(position, logp, jnp.int32(0), grad)
+        return GradientState.at(logdensity, position)
 
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, Info]:
         key_proposal, key_accept = jax.random.split(key)
         x, count = state.position, state.count
-        proposed = self.proposal(key_proposal, x, state.grad, count)
+        proposed = self.proposal(x, state.grad, count, key_proposal)
         logp, grad = value_and_grad(logdensity)(proposed)
         log_ratio = (
             logp
@@ -100,8 +83,8 @@ class MALA(Sampler):
             - self.log_proposal_density(proposed, x, state.grad, count)
         )
         accept, info = metropolis_info(
-            key_accept,
             -log_ratio,
+            key_accept,
             num_grads=1,
             step_size=resolve(self.step_size, count),
             divergence_threshold=self.divergence_threshold,

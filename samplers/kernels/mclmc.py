@@ -6,12 +6,11 @@ no Metropolis test: the step size controls the bias, and the energy error of eac
 """
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, State, resolve, select
-from ..isokinetic import (
+from ..integrators import value_and_grad
+from ..integrators.isokinetic import (
     IntegratorName,
     IntegratorState,
     IsokineticIntegrator,
@@ -19,6 +18,8 @@ from ..isokinetic import (
     partially_refresh_velocity,
     random_unit_vector,
 )
+from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
+from ._transition import all_finite, select
 
 __all__ = ["MCLMC", "MCLMCState"]
 
@@ -40,11 +41,6 @@ class MCLMCState(State):
 
     velocity: Float[Array, " dim"]
     grad: Float[Array, " dim"]
-
-
-def _all_finite(*trees) -> Array:
-    leaves = jax.tree.leaves(trees)
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
 class MCLMC(Sampler):
@@ -79,9 +75,9 @@ class MCLMC(Sampler):
         (1, 2, 1.0)
     """
 
-    step_size: Hyper
-    L: Hyper
-    inverse_mass_matrix: Hyper = 1.0
+    step_size: Hyper = hyperparameter(positive=True)
+    L: Hyper = hyperparameter(positive=True)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
 
     @property
@@ -106,15 +102,15 @@ class MCLMC(Sampler):
     ) -> MCLMCState:
         """Start at `position` with a uniformly random unit velocity."""
         position = jnp.asarray(position)
-        logp, grad = jax.value_and_grad(logdensity)(position)
-        velocity = random_unit_vector(key, position.shape[-1], position.dtype)
+        logp, grad = value_and_grad(logdensity)(position)
+        velocity = random_unit_vector(position.shape[-1], key, position.dtype)
         return MCLMCState(position, logp, jnp.zeros((), jnp.int32), velocity, grad)
 
     def refresh(
-        self, velocity: Float[Array, " dim"], key: PRNGKeyArray, step_size: Array, L: Array
+        self, velocity: Float[Array, " dim"], step_size: Array, L: Array, key: PRNGKeyArray
     ) -> Float[Array, " dim"]:
         """The Langevin part: partial velocity refresh (override for other noise)."""
-        return partially_refresh_velocity(velocity, key, step_size, L)
+        return partially_refresh_velocity(velocity, step_size, L, key)
 
     def integrate(
         self,
@@ -133,17 +129,18 @@ class MCLMC(Sampler):
         step_size, L, imm = self.hyperparameters(state.count)
         new, kinetic_change = self.integrate(logdensity, state, step_size, imm)
         energy_change = kinetic_change - (new.logdensity - state.logdensity)
-        finite = _all_finite(new, energy_change)
+        finite = all_finite(new, energy_change)
         # On a reverted step the old velocity still gets the noise, so a chain stuck at a
         # bad direction is not retried with exactly the same move.
-        velocity = self.refresh(jnp.where(finite, new.velocity, state.velocity), key, step_size, L)
+        velocity = self.refresh(jnp.where(finite, new.velocity, state.velocity), step_size, L, key)
         proposed = MCLMCState(new.position, new.logdensity, state.count + 1, velocity, new.grad)
         kept = MCLMCState(state.position, state.logdensity, state.count + 1, velocity, state.grad)
+        dtype = jnp.result_type(state.position)
         info = Info(
-            acceptance_rate=finite.astype(jnp.float32),
+            acceptance_rate=finite.astype(dtype),
             is_divergent=~finite,
             num_grads=jnp.asarray(self.grads_per_step, jnp.int32),
-            energy_change=jnp.where(finite, energy_change, 0.0).astype(jnp.float32),
-            step_size=jnp.asarray(step_size, jnp.float32),
+            energy_change=jnp.where(finite, energy_change, 0.0).astype(dtype),
+            step_size=jnp.asarray(step_size, dtype),
         )
         return select(finite, proposed, kept), info

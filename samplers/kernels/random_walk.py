@@ -1,52 +1,12 @@
-"""Gaussian random-walk Metropolis, and the Metropolis-Hastings bookkeeping shared by the
-adjusted gradient kernels (MALA, HMC, GHMC)."""
+"""Gaussian random-walk Metropolis."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, State, metropolis, resolve, select
-
-DIVERGENCE_THRESHOLD = 1000.0
-"""An energy error above this (or a non-finite one) marks a transition divergent."""
-
-
-def log_density(logdensity: Logdensity, position: Float[Array, " dim"]) -> Float[Array, ""]:
-    """`logdensity(position)` as a scalar of the position's dtype (type-stable scan carries)."""
-    return jnp.asarray(logdensity(position)).astype(jnp.result_type(position))
-
-
-def metropolis_info(
-    key: PRNGKeyArray,
-    energy_change: Float[Array, ""],
-    *,
-    num_grads: Int[Array, ""] | int,
-    step_size: Float[Array, ""] | float,
-    divergence_threshold: float,
-) -> tuple[Bool[Array, ""], Info]:
-    """Accept with probability `min(1, exp(-energy_change))` and fill the `Info`.
-
-    `energy_change` is minus the log Metropolis-Hastings ratio: `H(new) - H(old)` for
-    Hamiltonian kernels, and the same quantity including the proposal correction for the
-    others. A NaN counts as a rejection and, like an error above `divergence_threshold`,
-    as a divergence.
-    """
-    accept, prob = metropolis(key, -energy_change)
-    divergent = ~jnp.isfinite(energy_change) | (energy_change > divergence_threshold)
-    info = Info(
-        acceptance_rate=jnp.asarray(prob, jnp.float32),
-        is_divergent=divergent,
-        num_grads=jnp.asarray(num_grads, jnp.int32),
-        energy_change=jnp.asarray(energy_change, jnp.float32),
-        step_size=jnp.asarray(step_size, jnp.float32),
-    )
-    return accept, info
-
-
-def next_count(state: State) -> State:
-    """`state` with its step count advanced (every step counts, accepted or not)."""
-    return eqx.tree_at(lambda s: s.count, state, state.count + 1)
+from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
+from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
 
 
 class RandomWalk(Sampler):
@@ -74,7 +34,7 @@ class RandomWalk(Sampler):
         ((3,), 1, 0)
     """
 
-    step_size: Hyper
+    step_size: Hyper = hyperparameter(positive=True)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     @property
@@ -82,7 +42,7 @@ class RandomWalk(Sampler):
         return 0
 
     def proposal(
-        self, key: PRNGKeyArray, position: Float[Array, " dim"], count: Int[Array, ""]
+        self, position: Float[Array, " dim"], count: Int[Array, ""], key: PRNGKeyArray
     ) -> Float[Array, " dim"]:
         """The proposed position: a Gaussian step of scale `step_size` from `position`."""
         step_size = resolve(self.step_size, count).astype(jnp.result_type(position))
@@ -103,7 +63,7 @@ class RandomWalk(Sampler):
 
     def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
         key_proposal, key_accept = jax.random.split(key)
-        proposed = self.proposal(key_proposal, state.position, state.count)
+        proposed = self.proposal(state.position, state.count, key_proposal)
         logp = log_density(logdensity, proposed)
         log_ratio = (
             logp
@@ -111,8 +71,8 @@ class RandomWalk(Sampler):
             + self.log_proposal_correction(state.position, proposed, state.count)
         )
         accept, info = metropolis_info(
-            key_accept,
             -log_ratio,
+            key_accept,
             num_grads=0,
             step_size=resolve(self.step_size, state.count),
             divergence_threshold=self.divergence_threshold,

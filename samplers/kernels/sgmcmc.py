@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._sampler import Hyper, Info, Sampler, State, resolve, select
+from ._base import Hyper, Info, Sampler, State, hyperparameter, resolve
+from ._transition import all_finite, select
 
 __all__ = ["SGLD", "SGLDState", "SGHMC", "SGHMCState"]
 
@@ -65,10 +66,6 @@ class SGHMCState(SGLDState):
     """
 
     momentum: Float[Array, " dim"]
-
-
-def _all_finite(*arrays) -> Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in arrays]))
 
 
 class _StochasticGradient(Sampler):
@@ -124,8 +121,8 @@ class SGLD(_StochasticGradient):
         (1, 0.01)
     """
 
-    step_size: Hyper
-    batch_size: int = eqx.field(static=True)
+    step_size: Hyper = hyperparameter(positive=True)
+    batch_size: int = hyperparameter(positive=True, static=True)
     num_data: int = eqx.field(static=True)
     temperature: Hyper = 1.0
     replace: bool = eqx.field(static=True, default=True)
@@ -147,15 +144,15 @@ class SGLD(_StochasticGradient):
             + jnp.sqrt(2.0 * step_size * temperature) * noise
         )
         logp, grad = self.estimate(logdensity, position, key_batch)
-        finite = _all_finite(position, logp, grad)
+        finite = all_finite(position, logp, grad)
         new = SGLDState(position, logp, state.count + 1, grad)
         kept = SGLDState(state.position, state.logdensity, state.count + 1, state.grad)
         info = Info(
-            acceptance_rate=finite.astype(jnp.float32),
+            acceptance_rate=finite.astype(position.dtype),
             is_divergent=~finite,
             num_grads=jnp.int32(1),
-            energy_change=jnp.float32(0.0),
-            step_size=jnp.asarray(step_size, jnp.float32),
+            energy_change=jnp.zeros((), position.dtype),
+            step_size=jnp.asarray(step_size, position.dtype),
         )
         return select(finite, new, kept), info
 
@@ -196,8 +193,8 @@ class SGHMC(_StochasticGradient):
         (1, (1,))
     """
 
-    step_size: Hyper
-    batch_size: int = eqx.field(static=True)
+    step_size: Hyper = hyperparameter(positive=True)
+    batch_size: int = hyperparameter(positive=True, static=True)
     num_data: int = eqx.field(static=True)
     friction: Hyper = 0.1
     temperature: Hyper = 1.0
@@ -225,7 +222,7 @@ class SGHMC(_StochasticGradient):
         )
         position = state.position + momentum
         logp, grad = self.estimate(logdensity, position, key_batch)
-        finite = _all_finite(position, momentum, logp, grad)
+        finite = all_finite(position, momentum, logp, grad)
         new = SGHMCState(position, logp, state.count + 1, grad, momentum)
         # A reverted step also drops the momentum, which is what blew up.
         kept = SGHMCState(
@@ -236,10 +233,10 @@ class SGHMC(_StochasticGradient):
             jnp.zeros_like(state.momentum),
         )
         info = Info(
-            acceptance_rate=finite.astype(jnp.float32),
+            acceptance_rate=finite.astype(position.dtype),
             is_divergent=~finite,
             num_grads=jnp.int32(1),
-            energy_change=jnp.float32(0.0),
-            step_size=jnp.asarray(eta, jnp.float32),
+            energy_change=jnp.zeros((), position.dtype),
+            step_size=jnp.asarray(eta, position.dtype),
         )
         return select(finite, new, kept), info

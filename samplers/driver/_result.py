@@ -137,7 +137,7 @@ class Result(eqx.Module):
     def to_arviz(self, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
         """The trace as an `arviz.InferenceData` (needs `thin=` in `samplers.run`, and
         ArviZ); see `samplers.arviz.to_arviz` for the groups and coordinates."""
-        from .arviz import to_arviz
+        from ..arviz import to_arviz
 
         return to_arviz(self, var_name=var_name, superchain_size=superchain_size)
 

@@ -6,7 +6,7 @@ from typing import Any
 import equinox as eqx
 from jaxtyping import PRNGKeyArray
 
-from ._sampler import Logdensity, Sampler, State
+from ..kernels import Logdensity, Sampler, State
 
 
 class Adaptation(eqx.Module):

@@ -1,6 +1,7 @@
 """The abstract sampler: `init` and `step` written for ONE chain."""
 
 import abc
+import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -37,6 +38,29 @@ def resolve(value: Hyper, count: Int[Array, ""] | int) -> Array:
     if callable(value) and not isinstance(value, jax.Array):
         value = value(count)
     return jnp.asarray(value)
+
+
+def hyperparameter(*, positive: bool = False, **field_kwargs: Any) -> Any:
+    """An `eqx.field` for a kernel hyperparameter, with what the base class checks.
+
+    `positive=True` makes `Sampler.__check_init__` refuse concrete values that are not
+    positive (a dense matrix: its diagonal). Other keywords go to `eqx.field`.
+
+    Example:
+        >>> import jax.numpy as jnp, samplers
+        >>> class Scaled(samplers.RandomWalk):
+        ...     scale: float = samplers.hyperparameter(positive=True, default=1.0)
+        >>> Scaled(0.5, scale=2.0).scale
+        2.0
+        >>> try:
+        ...     Scaled(0.5, scale=-1.0)
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[0])
+        Scaled.scale must be positive, got -1.0.
+    """
+    metadata = dict(field_kwargs.pop("metadata", {}) or {})
+    metadata["positive"] = positive
+    return eqx.field(metadata=metadata, **field_kwargs)
 
 
 class Info(eqx.Module):
@@ -116,19 +140,14 @@ class Sampler(eqx.Module):
     # the driver then does not run it through `enn.batch_invariant` blocks.
     step_uses_ensemble: ClassVar[bool] = False
 
-    positive_hyperparameters: ClassVar[tuple[str, ...]] = (
-        "step_size",
-        "L",
-        "num_integration_steps",
-        "inverse_mass_matrix",
-        "batch_size",
-    )
-
     def __check_init__(self) -> None:
         # Catch impossible hyperparameters when they are concrete; schedules and traced
-        # values are checked by their users.
-        for name in self.positive_hyperparameters:
-            value = getattr(self, name, None)
+        # values are checked by their users. Fields declared with
+        # `samplers.hyperparameter(positive=True)` must be positive.
+        for field in dataclasses.fields(self):
+            if not field.metadata.get("positive", False):
+                continue
+            value = getattr(self, field.name, None)
             if isinstance(value, enn.PerChainValue):
                 value = value.value
             if value is None or callable(value) or isinstance(value, jax.core.Tracer):
@@ -141,8 +160,9 @@ class Sampler(eqx.Module):
                 array = np.diagonal(array)  # a dense matrix: its diagonal must be positive
             if array.dtype.kind in "biuf" and array.size and not np.all(array > 0):
                 raise enn.EnsembleError(
-                    f"{type(self).__name__}.{name} must be positive, got {value!r}.\n  fix: "
-                    f"pass a positive number (or array, enn.PerChainValue, optax schedule)."
+                    f"{type(self).__name__}.{field.name} must be positive, got {value!r}.\n"
+                    "  fix: pass a positive number (or array, enn.PerChainValue, optax "
+                    "schedule)."
                 )
 
     @abc.abstractmethod
@@ -159,111 +179,3 @@ class Sampler(eqx.Module):
     def grads_per_step(self) -> int:
         """Gradient evaluations per step (for reporting; kernels override)."""
         return 1
-
-
-def step_chain(
-    sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray
-) -> tuple[State, Info]:
-    """`sampler.step` as the driver runs it: in `enn.batch_invariant` blocks when the
-    enclosing `ensemble_map` has a `block_size` (so results do not depend on the device
-    count), unless the kernel's step needs the ensemble.
-
-    Example:
-        >>> import jax, jax.numpy as jnp, samplers
-        >>> from samplers._sampler import step_chain
-        >>> logdensity = lambda x: -0.5 * jnp.sum(x**2)
-        >>> mala = samplers.MALA(step_size=0.5)
-        >>> state = mala.init(logdensity, jnp.ones(3), jax.random.key(0))
-        >>> new, info = step_chain(mala, logdensity, state, jax.random.key(1))
-        >>> plain, _ = mala.step(logdensity, state, jax.random.key(1))
-        >>> bool((new.position == plain.position).all())  # no ensemble, no block size
-        True
-    """
-    if sampler.step_uses_ensemble:
-        return sampler.step(logdensity, state, key)
-    return _blocked(sampler, "step", logdensity, state, key)
-
-
-def init_chain(
-    sampler: Sampler, logdensity: Logdensity, position: Array, key: PRNGKeyArray
-) -> State:
-    """`sampler.init` as the driver runs it (see `step_chain`)."""
-    if sampler.step_uses_ensemble:
-        return sampler.init(logdensity, position, key)
-    return _blocked(sampler, "init", logdensity, position, key)
-
-
-def _blocked(sampler: Sampler, method: str, *args: Any) -> Any:
-    try:
-        return enn.batch_invariant(getattr(sampler, method))(*args)
-    except enn.CollectiveError as err:
-        if "batch_invariant" not in str(err):
-            raise
-        name = type(sampler).__name__
-        raise enn.CollectiveError(
-            f"{name}.{method} calls a cross-chain collective (enn.chain_mean, chain_sum, "
-            "chain_all_gather or chain_index), but the driver runs each chain's init and "
-            "step in blocks of chains (samplers.run's block_size, for results that do not "
-            "depend on the device count), where a collective would see one block.\n  fix: "
-            f"declare `step_uses_ensemble = True` in the body of class {name} (its init and "
-            "step then run over the whole ensemble, unblocked), or pass block_size=None to "
-            "samplers.run."
-        ) from None
-
-
-def unadjusted_info(
-    num_grads: int | Array = 1,
-    energy_change: Array | float = 0.0,
-    step_size: Array | float = 0.0,
-    is_divergent: Array | bool = False,
-) -> Info:
-    """`Info` for a kernel with no Metropolis step (acceptance 1).
-
-    Example:
-        >>> import samplers
-        >>> info = samplers.unadjusted_info(num_grads=2, step_size=0.5)
-        >>> float(info.acceptance_rate), int(info.num_grads), float(info.step_size)
-        (1.0, 2, 0.5)
-    """
-    return Info(
-        acceptance_rate=jnp.float32(1.0),
-        is_divergent=jnp.asarray(is_divergent, bool),
-        num_grads=jnp.asarray(num_grads, jnp.int32),
-        energy_change=jnp.asarray(energy_change, jnp.float32),
-        step_size=jnp.asarray(step_size, jnp.float32),
-    )
-
-
-def metropolis(
-    key: PRNGKeyArray, log_ratio: Float[Array, ""]
-) -> tuple[Bool[Array, ""], Float[Array, ""]]:
-    """Accept with probability `min(1, exp(log_ratio))`; NaN counts as reject.
-
-    Returns `(accept, acceptance_probability)`.
-
-    Example:
-        >>> import jax, jax.numpy as jnp, samplers
-        >>> accept, prob = samplers.metropolis(jax.random.key(0), jnp.float32(0.0))
-        >>> bool(accept), float(prob)  # a ratio of 1 is always accepted
-        (True, 1.0)
-        >>> accept, prob = samplers.metropolis(jax.random.key(0), jnp.float32(jnp.nan))
-        >>> bool(accept), float(prob)
-        (False, 0.0)
-    """
-    log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
-    prob = jnp.minimum(1.0, jnp.exp(log_ratio))
-    accept = jnp.log(jax.random.uniform(key)) < log_ratio
-    return accept, prob
-
-
-def select(accept: Bool[Array, ""], new: Any, old: Any) -> Any:
-    """Pick `new` where `accept` else `old`, leaf by leaf (pytrees of arrays).
-
-    Example:
-        >>> import jax.numpy as jnp, samplers
-        >>> new, old = {"x": jnp.ones(2), "n": jnp.int32(1)}, {"x": jnp.zeros(2), "n": jnp.int32(0)}
-        >>> picked = samplers.select(jnp.bool_(False), new, old)
-        >>> picked["x"].tolist(), int(picked["n"])
-        ([0.0, 0.0], 0)
-    """
-    return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)

@@ -23,6 +23,8 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._deprecation import key_last
+
 LogdensityAndGrad = Callable[[Array], tuple[Float[Array, ""], Float[Array, " dim"]]]
 InverseMassMatrix = Float[Array, ""] | Float[Array, " dim"] | Float[Array, "dim dim"] | float
 
@@ -87,7 +89,7 @@ def kinetic_energy(
 
 
 def sample_momentum(
-    key: PRNGKeyArray, position: Float[Array, " dim"], inverse_mass_matrix: InverseMassMatrix
+    position: Float[Array, " dim"], inverse_mass_matrix: InverseMassMatrix, key: PRNGKeyArray
 ) -> Float[Array, " dim"]:
     """A draw of `p ~ N(0, M)`, shaped and typed like `position`.
 
@@ -98,9 +100,12 @@ def sample_momentum(
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from samplers.integrators import sample_momentum
-        >>> sample_momentum(jax.random.key(0), jnp.zeros(3), jnp.eye(3)).shape
+        >>> sample_momentum(jnp.zeros(3), jnp.eye(3), jax.random.key(0)).shape
         (3,)
     """
+    (position, inverse_mass_matrix), key = key_last(
+        "sample_momentum", (position, inverse_mass_matrix), key
+    )
     z = jax.random.normal(key, jnp.shape(position), jnp.result_type(position))
     inverse_mass_matrix = jnp.asarray(inverse_mass_matrix)
     if inverse_mass_matrix.ndim == 2:

@@ -1,0 +1,88 @@
+"""Initialisation and adaptation: every chain's starting state and the tuned sampler."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, PRNGKeyArray
+
+import ensemblenn as enn
+from ensemblenn import PER_CHAIN
+
+from ..adaptation import Adaptation
+from ..kernels import Logdensity, Sampler, init_chain
+from ._chunk import Carry
+from ._moments import ChainMoments
+from ._setup import Setup
+
+
+def _init_chain(
+    sampler: Sampler | None,
+    adaptation: Adaptation | None,
+    logdensity: Logdensity,
+    position: Array,
+    key: PRNGKeyArray,
+) -> Any:
+    if adaptation is not None:
+        return adaptation.initial_state(sampler, logdensity, position, key)
+    return init_chain(sampler, logdensity, position, key)
+
+
+def _adapt_chain(
+    adaptation: Adaptation,
+    sampler: Sampler | None,
+    logdensity: Logdensity,
+    state: Any,
+    key: PRNGKeyArray,
+) -> tuple[Sampler, Any, Any]:
+    return adaptation.run(sampler, logdensity, state, key)
+
+
+def _check_some_finite(setup: Setup, state: Any) -> None:
+    if (
+        setup.traced
+        or jax.process_count() > 1
+        or isinstance(state.logdensity, jax.core.Tracer)  # resume: shapes only
+        or bool(jnp.isfinite(state.logdensity).any())
+    ):
+        return
+    raise enn.EnsembleError(
+        "logdensity is not finite (NaN or -inf) at any initial position, so no chain "
+        "can move.\n  fix: check the log-density and start the chains inside its support."
+    )
+
+
+def prepare(
+    setup: Setup,
+    sampler: Sampler | None,
+    adaptation: Adaptation | None,
+    logdensity: Logdensity,
+    positions: Any,
+) -> tuple[Sampler, Carry, Any]:
+    """`(tuned sampler, carry at step 0, adaptation info)`: the chains initialised, then
+    adapted when an adaptation is given."""
+    per_chain_args = (None, None, None, PER_CHAIN, PER_CHAIN)
+    init = enn.ensemble_map(_init_chain, in_roles=per_chain_args, out_roles=PER_CHAIN,
+                            **setup.mapping)  # fmt: skip
+    state = init(sampler, adaptation, logdensity, positions, setup.init_keys)
+    _check_some_finite(setup, state)
+    adaptation_info = None
+    if adaptation is not None:
+        adapt = enn.ensemble_map(
+            _adapt_chain, in_roles=per_chain_args, out_roles=(None, PER_CHAIN, None),
+            **setup.mapping,
+        )  # fmt: skip
+        sampler, state, adaptation_info = adapt(
+            adaptation, sampler, logdensity, state, setup.adapt_keys
+        )
+    dim = int(np.shape(state.position)[-1])
+    zeros = jnp.zeros(setup.num_chains)
+    carry = Carry(
+        state=state,
+        moments=jax.vmap(lambda _: ChainMoments.zeros(dim, state.position.dtype))(zeros),
+        acceptance=zeros.astype(jnp.float32),
+        divergent=zeros.astype(jnp.int32),
+        grads=zeros.astype(jnp.int32),
+    )
+    return sampler, carry, adaptation_info

@@ -1,0 +1,143 @@
+"""`samplers.run`: the one driver. validate -> prepare (init, adaptation) -> chunk loop ->
+finalise; each phase is a function of its own module in this package."""
+
+import sys
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .. import checkpoint
+from ..adaptation import Adaptation
+from ..kernels import Logdensity, Sampler
+from ._finalise import finalise
+from ._loop import Sampled, chunk_loop, save
+from ._prepare import prepare
+from ._progress import Progress
+from ._result import Result
+from ._setup import make_setup
+from ._validate import check_inputs, check_key, check_logdensity, check_options
+
+
+def run(
+    sampler: Sampler | None,
+    logdensity: Logdensity,
+    positions: Float[Array, "chains dim"],
+    *,
+    key: PRNGKeyArray,
+    num_steps: int,
+    num_warmup: int = 0,
+    adaptation: Adaptation | None = None,
+    mesh: Any = None,
+    axis: str = "chains",
+    thin: int | None = None,
+    reference: Any = None,
+    superchain_size: int | None = None,
+    track_bias: bool = False,
+    chunk_size: int | None = None,
+    progress: bool | None = None,
+    checkpoint_dir: "checkpoint.PathLike | None" = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    block_size: int | Literal["auto"] | None = "auto",
+) -> Result:
+    """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
+
+    The whole run is a few `ensemble_map` calls: initialisation, the adaptation (if any),
+    then the steps in chunks (one compiled `lax.while_loop` program, reused for every chunk
+    and phase) so the host can show progress and save checkpoints. Per-chain keys
+    come from `enn.chain_keys` and the global step index, so the result is the same on
+    any device count and any chunking. Only streaming moments are kept unless `thin` asks
+    for a trace.
+
+    Args:
+        sampler: the kernel (`None` if the adaptation builds its own, as LAPS can).
+        logdensity: a callable `position -> log density`, or a target module; a target's
+            `reference` moments are used for `bias_squared` when `reference` is None.
+        positions: initial positions, `(num_chains, dim)`.
+        key: the run's PRNG key.
+        num_steps: sampling steps after warmup/adaptation; moments cover these.
+        num_warmup: steps run and discarded before sampling (besides any adaptation).
+        adaptation: an ensemble adaptation scheme (`samplers.LAPS`, `ChEES`, `MEADS`).
+        mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
+        axis: the mesh axis over chains.
+        thin: keep every `thin`-th sampling draw in `result.trace`; None keeps no trace.
+        reference: `samplers.targets.Moments` to measure `bias_squared` against.
+        superchain_size: group consecutive chains into superchains for nested R-hat.
+        track_bias: record the ensemble's b² after every sampling step.
+        chunk_size: steps per compiled chunk (default: about 20 chunks).
+        progress: show one progress bar for the ensemble (default: when stderr is a tty;
+            with several processes, on process 0 only).
+        checkpoint_dir: a folder to save the run in, so that it can be resumed (see
+            `samplers.checkpoint`); None saves nothing.
+        checkpoint_every: save when the step count (warmup included) passes a multiple
+            of this, at the end of that chunk; None saves after every chunk. A run also
+            saves at its end, and right after adaptation.
+        resume: continue from the checkpoint in `checkpoint_dir` if there is one (else
+            start afresh). Initialisation and adaptation are then skipped, and the result
+            is bitwise the uninterrupted run's on the same device count. A checkpoint of a
+            run with another configuration raises `samplers.CheckpointMismatchError`;
+            with resume=False an existing checkpoint raises `samplers.CheckpointError`.
+        block_size: run each chain's transition (and the adaptations' kernel steps)
+            `block_size` chains at a time, through `enn.batch_invariant`, so that the
+            result is the same, bit for bit, on any number of devices holding the chains
+            (for the same `block_size`). `"auto"` (the default) is
+            `max(1, num_chains // 8)`: it depends on the chain count only, and up to 8
+            devices it needs no padding. `None` runs all of a device's chains in one
+            batch: XLA may then round the per-chain arithmetic differently for another
+            number of chains per device, and trajectories drift apart from the last bit
+            (float32 positions differ by ~1e-5 after a short LAPS run). The blocks cost
+            time: 1.0-1.5x the sampling time of `None` on CPU (`python -m benchmarks
+            blocks`); with thousands of chains per accelerator, `None` is the fast choice.
+
+    Returns:
+        A `samplers.Result`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
+        >>> result = samplers.run(samplers.MALA(step_size=0.5), target, jnp.zeros((8, 3)),
+        ...                       key=jax.random.key(1), num_steps=100, progress=False)
+        >>> result.state.position.shape, result.diagnostics.rhat.shape
+        ((8, 3), (3,))
+    """
+    check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
+    check_key(key)
+    positions = jnp.asarray(positions) if isinstance(positions, np.ndarray) else positions
+    check_logdensity(logdensity, positions)
+    if reference is None:
+        reference = getattr(logdensity, "reference", None)
+    num_chains = int(np.shape(positions)[0])
+    check_options(num_chains, chunk_size, superchain_size, reference, block_size,
+                  checkpoint_every, track_bias)  # fmt: skip
+    setup = make_setup(
+        positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
+        reference=reference, superchain_size=superchain_size, track_bias=track_bias,
+        chunk_size=chunk_size, mesh=mesh, axis=axis, block_size=block_size,
+    )  # fmt: skip
+    store = checkpoint.open_run(
+        checkpoint_dir, checkpoint_every, resume, traced=setup.traced, key=key, mesh=mesh,
+        axis=axis, sampler=sampler, adaptation=adaptation, logdensity=logdensity,
+        positions=positions, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
+        track_bias=setup.config.track_bias, block_size=block_size,
+    )  # fmt: skip
+
+    def start() -> tuple:
+        return prepare(setup, sampler, adaptation, logdensity, positions)
+
+    saved = store.restore(start, setup.run_keys) if store is not None else None
+    if saved is None:
+        at, first_step = Sampled(*start(), trace=[], bias_history=[]), 0
+        if store is not None and adaptation is not None:
+            save(store, setup, at, 0)  # adaptation can be long: keep its outcome
+    else:
+        at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, saved.trace_list(),
+                     saved.bias_list())  # fmt: skip
+        first_step = saved.step
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = Progress(setup.total, enabled=show and not setup.traced and jax.process_index() == 0)
+    at = chunk_loop(setup, logdensity, at, first_step, store, bar)
+    bar.close()
+    return finalise(setup, at)

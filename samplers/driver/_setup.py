@@ -1,0 +1,83 @@
+"""Everything a run resolves once, before the first compilation: its shape, keys and options."""
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+from jaxtyping import Array, PRNGKeyArray
+
+from .. import distributed
+from ._chunk import Config
+
+
+class Setup(NamedTuple):
+    """The fixed facts of one `samplers.run` call, handed to each of its phases."""
+
+    num_chains: int
+    num_warmup: int
+    num_steps: int
+    thin: int | None
+    reference: Any
+    superchain_size: int | None
+    config: Config
+    init_keys: Array
+    adapt_keys: Array
+    run_keys: Array
+    mapping: dict  # the keyword arguments of every enn.ensemble_map of the run
+    traced: bool  # called under a trace (jit, eval_shape): no eager checks, no progress
+
+    @property
+    def total(self) -> int:
+        return self.num_warmup + self.num_steps
+
+
+def make_setup(
+    positions: Any,
+    key: PRNGKeyArray,
+    *,
+    num_steps: int,
+    num_warmup: int,
+    thin: int | None,
+    reference: Any,
+    superchain_size: int | None,
+    track_bias: bool,
+    chunk_size: int | None,
+    mesh: Any,
+    axis: str,
+    block_size: Any,
+) -> Setup:
+    num_chains = int(jax.tree.leaves(positions)[0].shape[0])
+    k_init, k_adapt, k_run = jax.random.split(key, 3)
+    thin_by = thin or 1
+    total = num_warmup + num_steps
+    capacity = chunk_size or max(1, math.ceil(total / 20))
+    capacity = max(thin_by, capacity // thin_by * thin_by)
+    config = Config(
+        capacity=capacity,
+        thin=thin_by,
+        half_point=num_steps // 2,
+        first_sample=num_warmup,
+        track_bias=track_bias and reference is not None,
+        keep_trace=bool(thin),
+    )
+    # Process-aware chain keys: global arrays laid out like the chains when several
+    # processes share the mesh.
+    keys = [
+        distributed.chain_keys(k, num_chains, mesh=mesh, axis=axis)
+        for k in (k_init, k_adapt, k_run)
+    ]
+    traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
+    return Setup(
+        num_chains=num_chains,
+        num_warmup=num_warmup,
+        num_steps=num_steps,
+        thin=thin,
+        reference=reference,
+        superchain_size=superchain_size,
+        config=config,
+        init_keys=keys[0],
+        adapt_keys=keys[1],
+        run_keys=keys[2],
+        mapping=dict(mesh=mesh, axis=axis, block_size=block_size),
+        traced=traced,
+    )
