@@ -32,9 +32,7 @@ def _check_key(key: Array) -> bool:
     return False
 
 
-def chain_keys(
-    key: Array, num_chains: int, *, mesh: Any = None, axis: str = "chains"
-) -> Array:
+def chain_keys(key: Array, num_chains: int, *, mesh: Any = None, axis: str = "chains") -> Array:
     """One PRNG key per chain: key `i` is `fold_in(key, i)`.
 
     Key `i` depends only on `key` and `i`, not on the device count or on how many chains
