@@ -63,5 +63,4 @@ __all__ = [
     "Snapshot",
     "fingerprint",
     "inspect",
-    "open_run",
 ]
