@@ -6,6 +6,7 @@ from .ghmc import GHMC, GHMCState
 from .hmc import HMC
 from .mala import MALA, GradientState
 from .mclmc import MCLMC, MCLMCState
+from .nuts import NUTS, NUTSInfo
 from .random_walk import RandomWalk
 from .sgmcmc import SGHMC, SGLD, SGHMCState, SGLDState
 
@@ -14,6 +15,7 @@ __all__ = [
     "HMC",
     "MALA",
     "MCLMC",
+    "NUTS",
     "SGHMC",
     "SGLD",
     "AdjustedMCLMC",
@@ -22,6 +24,7 @@ __all__ = [
     "GHMCState",
     "GradientState",
     "MCLMCState",
+    "NUTSInfo",
     "RandomWalk",
     "SGHMCState",
     "SGLDState",
