@@ -80,9 +80,9 @@ class _Sample(eqx.Module):
 class _Subtree(eqx.Module):
     """The carry of the loop that builds one subtree, one leaf per iteration.
 
-    `level_velocity[k - 1]` and `level_momentum_sum[k - 1]` describe the open block of
+    `level_momentum[k - 1]` and `level_momentum_sum[k - 1]` describe the open block of
     `2^k` leaves (aligned on multiples of `2^k` within the subtree): its first leaf's
-    velocity and the sum of its momenta so far. A block is checked for a U-turn when its
+    momentum and the sum of its momenta so far. A block is checked for a U-turn when its
     last leaf is added, which covers every subtree of the binary tree with one slot per
     level and no recursion.
     """
@@ -92,7 +92,7 @@ class _Subtree(eqx.Module):
     sample: _Sample
     log_weight: Float[Array, ""]
     momentum_sum: Float[Array, " dim"]
-    level_velocity: Float[Array, "depth dim"]
+    level_momentum: Float[Array, "depth dim"]
     level_momentum_sum: Float[Array, "depth dim"]
     acceptance_sum: Float[Array, ""]
     turning: Bool[Array, ""]
@@ -115,16 +115,25 @@ class _Trajectory(eqx.Module):
 
 
 def _turning(
-    velocity_a: Float[Array, "*batch dim"],
-    velocity_b: Float[Array, " dim"],
+    momentum_a: Float[Array, "*batch dim"],
+    momentum_b: Float[Array, " dim"],
     momentum_sum: Float[Array, "*batch dim"],
+    inverse_mass_matrix: Array,
 ) -> Bool[Array, "*batch"]:
     """The generalized U-turn criterion (Betancourt 2017): a span of the trajectory turns
-    back when the velocity `M^{-1} p` at either end points against the span's momentum
-    sum. Symmetric in its ends, so the direction of integration does not matter."""
-    return (jnp.sum(velocity_a * momentum_sum, axis=-1) <= 0) | (
-        jnp.sum(velocity_b * momentum_sum, axis=-1) <= 0
-    )
+    back when the velocity `M^{-1} p` at either end points against `rho`, the span's
+    momentum integral, here its trapezoidal sum (the momentum sum less half of each end, as
+    NumPyro and BlackJAX do). Symmetric in its ends: the direction of integration does not
+    matter."""
+    rho = momentum_sum - 0.5 * (momentum_a + momentum_b)
+    # velocity() acts on the last axis only for a scalar or diagonal metric; a dense one
+    # multiplies each row.
+    if jnp.ndim(inverse_mass_matrix) == 2:
+        velocity_a = momentum_a @ inverse_mass_matrix.T
+    else:
+        velocity_a = velocity(momentum_a, inverse_mass_matrix)
+    velocity_b = velocity(momentum_b, inverse_mass_matrix)
+    return (jnp.sum(velocity_a * rho, axis=-1) <= 0) | (jnp.sum(velocity_b * rho, axis=-1) <= 0)
 
 
 class NUTS(Sampler):
@@ -142,7 +151,7 @@ class NUTS(Sampler):
 
     The tree is built without recursion: a `lax.while_loop` over doublings, and within
     one a `lax.while_loop` over its `2^depth` leaves that keeps, for each level `k`, the
-    first velocity and the momentum sum of the open block of `2^k` leaves, so every
+    first momentum and the momentum sum of the open block of `2^k` leaves, so every
     subtree's U-turn check runs as its last leaf is added (storage `max_tree_depth x dim`).
 
     **Cost under vmap.** Chains batched together (a device's block of chains under
@@ -270,11 +279,7 @@ class NUTS(Sampler):
             left = select(valid & ~forward, sub.end, t.left)
             right = select(valid & forward, sub.end, t.right)
             momentum_sum = jnp.where(valid, t.momentum_sum + sub.momentum_sum, t.momentum_sum)
-            turning = _turning(
-                velocity(left.momentum, inverse_mass_matrix),
-                velocity(right.momentum, inverse_mass_matrix),
-                momentum_sum,
-            )
+            turning = _turning(left.momentum, right.momentum, momentum_sum, inverse_mass_matrix)
             return _Trajectory(
                 left=left,
                 right=right,
@@ -325,7 +330,7 @@ class NUTS(Sampler):
             sample=_Sample(edge.position, edge.grad, edge.logdensity, jnp.zeros((), dtype)),
             log_weight=jnp.full((), -jnp.inf, dtype),
             momentum_sum=jnp.zeros(dim, dtype),
-            level_velocity=storage,
+            level_momentum=storage,
             level_momentum_sum=storage,
             acceptance_sum=jnp.zeros((), dtype),
             turning=jnp.bool_(False),
@@ -353,19 +358,20 @@ class NUTS(Sampler):
                 log_w - log_weight
             )
             accept_prob = jnp.where(divergent, 0.0, jnp.exp(jnp.minimum(-energy_change, 0.0)))
-            v = velocity(p, inverse_mass_matrix)
             opens = used & (n % block == 0)
             closes = used & ((n + 1) % block == 0)
-            level_velocity = jnp.where(opens[:, None], v, s.level_velocity)
+            level_momentum = jnp.where(opens[:, None], p, s.level_momentum)
             level_momentum_sum = jnp.where(opens[:, None], p, s.level_momentum_sum + p)
-            turning = jnp.any(closes & _turning(level_velocity, v, level_momentum_sum))
+            turning = jnp.any(
+                closes & _turning(level_momentum, p, level_momentum_sum, inverse_mass_matrix)
+            )
             return _Subtree(
                 end=_Point(x, p, grad, logp),
                 num_leaves=n + 1,
                 sample=select(replace, _Sample(x, grad, logp, energy_change), s.sample),
                 log_weight=log_weight,
                 momentum_sum=s.momentum_sum + p,
-                level_velocity=level_velocity,
+                level_momentum=level_momentum,
                 level_momentum_sum=level_momentum_sum,
                 acceptance_sum=s.acceptance_sum + accept_prob,
                 turning=turning,
