@@ -1,4 +1,7 @@
-"""samplers.run with NUTS on N simulated devices; saves the result. Usage: nuts_invariance.py N OUT.npz"""
+"""samplers.run with NUTS on N simulated devices; saves the result.
+
+Usage: nuts_invariance.py N OUT.npz
+"""
 
 import os
 import sys
