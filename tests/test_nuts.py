@@ -241,7 +241,8 @@ def test_agrees_with_blackjax_nuts_on_the_banana():
     trapezoidal generalized U-turn criterion), same step size and identity metric. Same
     algorithm, so the distribution of the number of leapfrog steps per transition must
     agree, not only the moments: a wrong U-turn check or sampling rule shifts it (counting
-    both ends' momenta in full, for instance, adds ~1.2 steps of 19 here)."""
+    both ends' momenta in full, for instance, adds ~1.2 steps to the ~19.4 measured here,
+    6.5 SE of the difference: per-chain SEs 0.14 and 0.12 steps)."""
     blackjax = pytest.importorskip("blackjax")
     target = samplers.targets.Banana()
     num_chains, num_steps, step_size = 64, 300, 0.6
