@@ -8,7 +8,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array
 
-from ._errors import EnsembleError
+from ._errors import EnsembleError, EnsembleTypeError
 from ._mesh import resolve_mesh
 from .distributed import place
 
@@ -24,7 +24,8 @@ def _check_key(key: Array) -> bool:
         return True
     shape, dtype = jnp.shape(key), getattr(key, "dtype", None)
     if shape != (2,) or dtype != jnp.uint32:
-        raise EnsembleError(
+        wrong_type = dtype is None or dtype != jnp.uint32
+        raise (EnsembleTypeError if wrong_type else EnsembleError)(
             f"chain_keys expects a typed key (jax.random.key) or a raw uint32[2] key "
             f"(jax.random.PRNGKey), got {dtype}{list(shape)}.\n"
             "  fix: key = jax.random.key(0)"

@@ -13,6 +13,7 @@ Example:
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import targets
 from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
+from ._errors import SamplerError, SamplerTypeError
 from .checkpoint import CheckpointError, CheckpointMismatchError
 from .driver import ChainMoments, Diagnostics, Result, run
 from .kernels import (
@@ -100,6 +101,8 @@ __all__ = [
     "ChEES",
     "MEADS",
     # reliability
+    "SamplerError",
+    "SamplerTypeError",
     "CheckpointError",
     "CheckpointMismatchError",
     # submodules

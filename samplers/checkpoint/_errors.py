@@ -1,9 +1,9 @@
-"""The errors a checkpoint raises (both `enn.EnsembleError`s)."""
+"""The errors a checkpoint raises (both `samplers.SamplerError`s)."""
 
-import ensemblenn as enn
+from .._errors import SamplerError
 
 
-class CheckpointError(enn.EnsembleError):
+class CheckpointError(SamplerError):
     """A checkpoint cannot be written or used: missing, unreadable, corrupt, locked by
     another run, or unexpected.
 

@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .._sampler import Hyper, Info, Logdensity, Sampler, resolve, select
+from .._errors import SamplerTypeError
 from ..integrators import (
     LogdensityAndGrad,
     kinetic_energy,
@@ -21,15 +21,11 @@ from ..integrators import (
     value_and_grad,
     velocity,
 )
-from .mala import GradientState
-from .random_walk import DIVERGENCE_THRESHOLD, next_count
+from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
+from ._transition import DIVERGENCE_THRESHOLD, GradientState, next_count, select
 
 MAX_TREE_DEPTH_LIMIT = 30
 """The largest `max_tree_depth` accepted: leaf counters are int32 (2^30 leapfrog steps)."""
-
-
-class _HyperparameterTypeError(enn.EnsembleError, TypeError):
-    """A hyperparameter of the wrong type (an `EnsembleError` and a `TypeError`)."""
 
 
 class NUTSInfo(Info):
@@ -192,15 +188,15 @@ class NUTS(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.8
 
-    step_size: Hyper
-    inverse_mass_matrix: Hyper = None
+    step_size: Hyper = hyperparameter(positive=True)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=None)
     max_tree_depth: int = eqx.field(static=True, default=10)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     def __check_init__(self) -> None:
         depth = self.max_tree_depth
         if isinstance(depth, bool) or not isinstance(depth, numbers.Integral):
-            raise _HyperparameterTypeError(
+            raise SamplerTypeError(
                 f"NUTS.max_tree_depth must be a Python int, got {depth!r} "
                 f"({type(depth).__name__}); it fixes the shape of the tree's storage, so it "
                 f"cannot be an array, a schedule or a per-chain value.\n  fix: "
@@ -228,9 +224,7 @@ class NUTS(Sampler):
     def init(
         self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
     ) -> GradientState:
-        position = jnp.asarray(position)
-        logp, grad = value_and_grad(logdensity)(position)
-        return GradientState(position, logp, jnp.int32(0), grad)
+        return GradientState.at(logdensity, position)
 
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
@@ -240,7 +234,7 @@ class NUTS(Sampler):
         count = state.count
         step_size = resolve(self.step_size, count).astype(dtype)
         inverse_mass_matrix = self.metric(count)
-        p0 = sample_momentum(key_momentum, state.position, inverse_mass_matrix)
+        p0 = sample_momentum(state.position, inverse_mass_matrix, key_momentum)
         energy0 = kinetic_energy(p0, inverse_mass_matrix) - state.logdensity
         start = _Point(state.position, p0, state.grad, state.logdensity)
         zero = jnp.zeros((), dtype)
@@ -297,11 +291,11 @@ class NUTS(Sampler):
 
         t = lax.while_loop(lambda t: (t.depth < self.max_tree_depth) & ~t.done, double, trajectory)
         info = NUTSInfo(
-            acceptance_rate=(t.acceptance_sum / t.num_steps).astype(jnp.float32),
+            acceptance_rate=(t.acceptance_sum / t.num_steps).astype(dtype),
             is_divergent=t.divergent,
             num_grads=t.num_steps,
-            energy_change=t.sample.energy_change.astype(jnp.float32),
-            step_size=step_size.astype(jnp.float32),
+            energy_change=t.sample.energy_change.astype(dtype),
+            step_size=step_size.astype(dtype),
             tree_depth=t.depth,
         )
         new = GradientState(t.sample.position, t.sample.logdensity, state.count, t.sample.grad)
