@@ -78,9 +78,7 @@ def check_options(
         and block_size != "auto"
         and (not _is_int(block_size) or block_size < 1)
     ):
-        raise SamplerError(
-            f'block_size must be "auto", None or an int >= 1, got {block_size!r}.'
-        )
+        raise SamplerError(f'block_size must be "auto", None or an int >= 1, got {block_size!r}.')
     if reference is not None and not hasattr(reference, "second_moment"):
         raise SamplerError(
             f"reference must be None or a samplers.targets.Moments (known moments of the "
