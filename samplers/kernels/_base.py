@@ -106,7 +106,7 @@ def _concrete_array(owner: str, value: Any) -> np.ndarray | None:
     if array is None or array.dtype.kind not in "iuf":
         raise SamplerTypeError(
             f"{owner} must be {_ACCEPTED}, got {value!r} ({type(value).__name__}).\n  fix: "
-            f"pass a float, e.g. {owner.split('.')[0]}({owner.split('.')[-1]}=0.1, ...)."
+            f"{owner.split('.')[-1]}=<a number>, a float array, or one of the others."
         )
     return array
 
