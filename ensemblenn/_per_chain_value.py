@@ -40,8 +40,7 @@ class PerChainValue(eqx.Module):
             if dtype is None and not isinstance(leaf, str | bytes):
                 dtype = np.asarray(leaf).dtype
             if dtype is None or not (
-                jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-                or np.dtype(dtype).kind in "biufc"
+                jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or np.dtype(dtype).kind in "biufc"
             ):
                 raise EnsembleTypeError(
                     f"{where} must be an array with one entry per chain, got {leaf!r} "
