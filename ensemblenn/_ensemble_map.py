@@ -278,8 +278,8 @@ def check_map_options(fn: Any, mesh: Any, axis: Any, closures: Any, strict: Any)
         )
     if not isinstance(strict, bool):
         raise EnsembleTypeError(f"strict must be True or False, got {strict!r}.")
-    if mesh is not None:
-        resolve_mesh(mesh, axis)  # a Mesh with that axis: MeshError otherwise
+    if mesh is not None and not hasattr(mesh, "axis_names"):
+        resolve_mesh(mesh, axis)  # raises MeshTypeError; a missing axis is reported at call
 
 
 class EnsembleMapped:

@@ -1001,7 +1001,9 @@ ENN = [
     ),  # noqa: E501
     (
         "ensemble_map axis not in the mesh",
-        lambda: enn.ensemble_map(lambda x: x, mesh=MESH, axis="walkers"),
+        lambda: enn.ensemble_map(lambda x: x, mesh=MESH, axis="walkers", in_roles=enn.PER_CHAIN)(
+            X8
+        ),
         enn.MeshError,
         V,
         r"no axis named 'walkers'",
