@@ -76,7 +76,7 @@ class MCLMC(Sampler):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    L: Hyper = hyperparameter(positive=True)
+    L: Hyper = hyperparameter(positive=True, finite=False)  # inf: no momentum noise
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
 
