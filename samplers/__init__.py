@@ -27,7 +27,15 @@ from ._sampler import (
     select,
     unadjusted_info,
 )
-from .adaptation import LAPS, MEADS, AdaptationInfo, ChEES, EnsembleAdaptation
+from .adaptation import (
+    LAPS,
+    MEADS,
+    AdaptationInfo,
+    ChEES,
+    EnsembleAdaptation,
+    WindowAdaptation,
+    WindowAdaptationInfo,
+)
 from .checkpoint import CheckpointError, CheckpointMismatchError
 from .kernels import (
     GHMC,
@@ -88,6 +96,8 @@ __all__ = [
     "LAPS",
     "ChEES",
     "MEADS",
+    "WindowAdaptation",
+    "WindowAdaptationInfo",
     # reliability
     "CheckpointError",
     "CheckpointMismatchError",

@@ -116,6 +116,9 @@ class Sampler(eqx.Module):
     # the driver then does not run it through `enn.batch_invariant` blocks.
     step_uses_ensemble: ClassVar[bool] = False
 
+    # The acceptance `samplers.WindowAdaptation` tunes the step size to by default.
+    default_target_acceptance: ClassVar[float] = 0.8
+
     positive_hyperparameters: ClassVar[tuple[str, ...]] = (
         "step_size",
         "L",

@@ -9,6 +9,7 @@ change plus the change of `-log p`.
 """
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -84,6 +85,8 @@ class AdjustedMCLMC(Sampler):
         >>> int(state.count), int(info.num_grads), bool(0 <= info.acceptance_rate <= 1)
         (1, 8, True)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.9
 
     step_size: Hyper
     num_integration_steps: Hyper

@@ -1,5 +1,7 @@
 """The Metropolis-adjusted Langevin algorithm."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -51,6 +53,8 @@ class MALA(Sampler):
         >>> int(info.num_grads), round(float(info.step_size), 6)
         (1, 0.8)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.574
 
     step_size: Hyper
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)

@@ -1,6 +1,8 @@
 """Gaussian random-walk Metropolis, and the Metropolis-Hastings bookkeeping shared by the
 adjusted gradient kernels (MALA, HMC, GHMC)."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -73,6 +75,8 @@ class RandomWalk(Sampler):
         >>> state.position.shape, int(state.count), int(info.num_grads)
         ((3,), 1, 0)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.234
 
     step_size: Hyper
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
