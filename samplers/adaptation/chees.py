@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
@@ -28,7 +28,8 @@ from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_g
 from ..kernels.hmc import HMC
 from ..kernels.mala import GradientState
 from ..kernels.random_walk import DIVERGENCE_THRESHOLD, metropolis_info, next_count
-from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
+from ._base import EnsembleAdaptation, finite_chain_mean
+from ._restart import RestartInfo, is_healthy, restart_unhealthy
 
 _DEFAULT_OPTIMIZER = optax.adam(0.025)
 """Adam on `log T` at learning rate 0.025 (one object, so default `ChEES()`s compare equal
@@ -95,6 +96,7 @@ class _ChEESInfo(Info):
     proposal: Float[Array, " dim"]
     velocity: Float[Array, " dim"]
     time_scale: Float[Array, ""]
+    start_healthy: Bool[Array, ""]
 
 
 class _ChEESKernel(Sampler):
@@ -168,6 +170,7 @@ class _ChEESKernel(Sampler):
             proposal=x,
             velocity=velocity(p, imm),
             time_scale=jnp.asarray(h, jnp.float32),
+            start_healthy=is_healthy(state),
         )
         return next_count(select(accept, new, state)), info
 
@@ -227,10 +230,15 @@ class ChEES(EnsembleAdaptation):
       variance of the positions.
 
     Every statistic is a cross-chain mean over the chains whose statistics are finite
-    (`finite_chain_mean`): a diverging chain is left out and counted in
-    `adaptation_info.num_excluded`. The hyperparameters and the optax state are computed
-    from these means, so they are identical in every chain (broadcast); the whole
-    adaptation is one `while_loop` inside the run's `ensemble_map`, with no host sync.
+    and whose state before the step was finite (log density, gradient and `x^2`;
+    `finite_chain_mean`): such a chain is left out and counted in
+    `adaptation_info.num_excluded` (a `RestartInfo`). A chain that is not finite before
+    the adaptation (it starts outside the support, or at a NaN) is counted there too and
+    restarted at a healthy chain's position (round robin, a fresh `init` there); so is
+    any chain still not finite after it (`num_restarted` counts both).
+    The hyperparameters and the optax state are computed from these means, so they are
+    identical in every chain (broadcast); the whole adaptation is one `while_loop` inside
+    the run's `ensemble_map`, with no host sync.
 
     `samplers.run` returns the tuned `samplers.HMC`: `step_size` (the averaged step size),
     `num_integration_steps = T / step_size` as a float array (HMC rounds it, so
@@ -336,7 +344,7 @@ class ChEES(EnsembleAdaptation):
 
     def run(
         self, sampler: HMC | None, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
-    ) -> tuple[HMC, GradientState, AdaptationInfo]:
+    ) -> tuple[HMC, GradientState, RestartInfo]:
         self._check_sampler(sampler)
         eps, length = self._initial(sampler)
         dtype = jnp.result_type(state.position)
@@ -360,6 +368,13 @@ class ChEES(EnsembleAdaptation):
             self.max_num_steps,
             threshold,
         )
+        # Non-finite chains: excluded from the first step's means, then restarted at healthy
+        # chains' positions; once healthy, an HMC chain never accepts a non-finite proposal.
+        restart_key = jax.random.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
+        bad_before = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+        state, restarted = restart_unhealthy(
+            kernel, logdensity, state, jax.random.fold_in(restart_key, 0)
+        )
         kernel, state, info = super().run(kernel, logdensity, state, key)
         tuned = HMC(
             step_size=kernel.averaged_step_size,
@@ -368,7 +383,20 @@ class ChEES(EnsembleAdaptation):
             jitter=self.jitter > 0,
             divergence_threshold=threshold,
         )
-        return tuned, state, info
+        bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+        state, restarted_after = restart_unhealthy(
+            tuned, logdensity, state, jax.random.fold_in(restart_key, 1)
+        )
+        return (
+            tuned,
+            state,
+            RestartInfo(
+                num_steps=info.num_steps,
+                num_excluded=info.num_excluded + bad_before + bad_after,
+                num_grads=info.num_grads,
+                num_restarted=restarted + restarted_after,
+            ),
+        )
 
     # -- the EnsembleAdaptation protocol ----------------------------------------------------
 
@@ -387,8 +415,13 @@ class ChEES(EnsembleAdaptation):
         x0 = info.start
         dim = x0.shape
         layout = {"x0": dim, "x0sq": dim, "ax1": dim, "ax1sq": dim, "a": ()}
+        # A chain that started the step non-finite (its log density, gradient or x^2) is
+        # left out of every mean: NaN statistics are what finite_chain_mean excludes.
+        nan_unless_healthy = lambda v: jnp.where(info.start_healthy, v, jnp.nan)
         centers, _ = finite_chain_mean(
-            pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1, "ax1sq": a * x1**2, "a": a}, layout)
+            nan_unless_healthy(
+                pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1, "ax1sq": a * x1**2, "a": a}, layout)
+            )
         )
         centers = unpack(centers, layout)
         c0 = centers["x0"]
@@ -423,7 +456,7 @@ class ChEES(EnsembleAdaptation):
             "x2": x**2,
             "start2": x0**2,  # a start overflowing to inf marks the chain as diverging
         }
-        return pack(stats, self._layout(x.shape[-1]))
+        return nan_unless_healthy(pack(stats, self._layout(x.shape[-1])))
 
     @staticmethod
     def _layout(dim: int) -> dict[str, tuple[int, ...]]:
