@@ -95,7 +95,7 @@ class WindowAdaptationInfo(AdaptationInfo):
         ...                       adaptation=samplers.WindowAdaptation(num_steps=30),
         ...                       progress=False)
         >>> info = result.adaptation_info
-        >>> info.step_size_history.shape, int(info.num_excluded), float(info.target_acceptance)
+        >>> info.step_size_history.shape, int(info.num_excluded), round(float(info.target_acceptance), 3)
         ((30,), 0, 0.574)
     """
 
