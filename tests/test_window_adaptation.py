@@ -10,6 +10,7 @@ moment; the ensemble acceptance is an average over 64 chains x 1000 steps, so it
 Carlo error is far below the 0.05 allowed around the target.
 """
 
+import functools
 import subprocess
 import sys
 import warnings
@@ -28,6 +29,7 @@ PROGRAM = Path(__file__).parent / "programs" / "window_invariance.py"
 SMALL = samplers.targets.IllConditionedGaussian(dim=10, condition_number=10.0)
 
 
+@functools.cache
 def _cut(value):
     """SMALL, with `value` (-inf or NaN) where x[0] > 3 (prior mass 0.1 %)."""
 
@@ -161,7 +163,7 @@ def test_dense_metric_on_a_correlated_gaussian(explicit_mesh):
     diagonal = _run(kernel, target, x0, samplers.WindowAdaptation(num_steps=400), explicit_mesh)
     assert float(dense.sampler.step_size) > 1.5 * float(diagonal.sampler.step_size)
     assert float(dense.diagnostics.bias_squared_max) < 0.05
-    assert abs(float(jnp.mean(dense.acceptance_rate)) - 0.8) < 0.06
+    assert abs(float(jnp.mean(dense.acceptance_rate)) - 0.8) < 0.05
 
 
 @pytest.mark.parametrize("value", [-jnp.inf, jnp.nan], ids=["-inf", "nan"])
@@ -173,9 +175,12 @@ def test_non_finite_chains_do_not_poison_the_warmup(value, num_bad, explicit_mes
     chain ends finite with the ensemble's second moments correct."""
     kernel = samplers.HMC(step_size=0.1, num_integration_steps=5)
     adaptation = samplers.WindowAdaptation(num_steps=150)
-    clean = _run(kernel, _cut(value), _start(40, 0), adaptation, explicit_mesh)
+    reference = SMALL.reference  # the cut at x[0] = 3 changes E[x0²] by 3 %: b² ~ 4e-4
+    clean = _run(kernel, _cut(value), _start(40, 0), adaptation, explicit_mesh, reference=reference)
     assert int(clean.adaptation_info.num_excluded) == 0
-    result = _run(kernel, _cut(value), _start(40, num_bad), adaptation, explicit_mesh)
+    result = _run(
+        kernel, _cut(value), _start(40, num_bad), adaptation, explicit_mesh, reference=reference
+    )
     info = result.adaptation_info
     assert int(info.num_excluded) >= num_bad and int(info.num_restarted) >= num_bad
     eps, eps_clean = float(result.sampler.step_size), float(clean.sampler.step_size)

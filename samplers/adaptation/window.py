@@ -155,7 +155,9 @@ class WindowAdaptation(Adaptation):
     doubled (or halved) until that acceptance falls below (or rises above) the target,
     then dual averaging (Hoffman and Gelman 2014; `gamma=0.05, t0=10, kappa=0.75`,
     shrinking towards `10 h`) restarts on the ensemble-mean acceptance of every step. The
-    tuned kernel gets the averaged iterate of the last stage.
+    tuned kernel gets the geometric mean of the step sizes of the second half of the last
+    stage (the ensemble-mean acceptance is precise, so these iterates hover around the
+    target, whereas dual averaging's own average still weighs the first, wide ones).
 
     **Metric**, per kernel: a kernel with an `inverse_mass_matrix` field gets the
     estimate there (starting from the identity; `"dense"` needs a kernel that takes a
@@ -421,7 +423,16 @@ class WindowAdaptation(Adaptation):
             jnp.asarray(reinit),
         )
         c, (eps_history, acc_history) = jax.lax.scan(body, carry, xs)
-        step_size = jnp.exp(c.averaging.log_averaged).astype(jnp.float32)
+        # Dual averaging's own average still weighs the stage's first, wide iterates after
+        # 50 steps (acceptance then ends below the target); the ensemble-mean acceptance is
+        # precise, so the iterates of the stage's second half hover around the step size
+        # that reaches the target: the tuned one is their geometric mean.
+        averaged = jnp.exp(c.averaging.log_averaged).astype(jnp.float32)
+        step_size = averaged
+        if self.num_steps > last_stage:  # else final_buffer=0: no stage after the metric
+            tail = jnp.log(eps_history[last_stage + (self.num_steps - last_stage) // 2 :])
+            step_size = jnp.exp(enn.ordered_sum(tail, 0) / tail.shape[0]).astype(jnp.float32)
+            step_size = jnp.where(jnp.isfinite(step_size) & (step_size > 0), step_size, averaged)
         tuned = self._kernel(sampler, step_size, c.metric)
         # Chains that are non-finite after the last step would not move while sampling.
         excluded = c.excluded + enn.chain_sum((~is_healthy(c.state)).astype(jnp.int32))
@@ -434,7 +445,7 @@ class WindowAdaptation(Adaptation):
             num_grads=enn.chain_sum(c.grads) // enn.num_chains(),
             num_restarted=c.restarted + restarted,
             target_acceptance=jnp.float32(target),
-            acceptance=c.final_acceptance / (self.num_steps - last_stage),
+            acceptance=c.final_acceptance / max(self.num_steps - last_stage, 1),
             step_size_history=eps_history,
             acceptance_history=acc_history,
         )
