@@ -12,8 +12,17 @@ Example:
 
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import targets
-from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
 from ._errors import SamplerError, SamplerTypeError
+from .adaptation import (
+    LAPS,
+    MEADS,
+    Adaptation,
+    AdaptationInfo,
+    ChEES,
+    EnsembleAdaptation,
+    WindowAdaptation,
+    WindowAdaptationInfo,
+)
 from .checkpoint import CheckpointError, CheckpointMismatchError
 from .driver import ChainMoments, Diagnostics, Result, run
 from .kernels import (
@@ -100,6 +109,8 @@ __all__ = [
     "LAPS",
     "ChEES",
     "MEADS",
+    "WindowAdaptation",
+    "WindowAdaptationInfo",
     # reliability
     "SamplerError",
     "SamplerTypeError",

@@ -9,3 +9,7 @@ from .laps import LAPS, LAPSInfo
 # --- ChEES and MEADS ---
 from .chees import ChEES
 from .meads import MEADS
+
+# --- windowed warmup (any kernel with a step size) and non-finite chains ---
+from ._restart import RestartInfo
+from .window import WindowAdaptation, WindowAdaptationInfo, window_schedule

@@ -19,7 +19,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
@@ -36,7 +36,9 @@ from ..kernels import (
     resolve,
     select,
 )
-from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
+from ._base import EnsembleAdaptation, finite_chain_mean
+from ._dual_averaging import DualAveraging
+from ._restart import RestartInfo, is_healthy, restart_unhealthy
 
 _DEFAULT_OPTIMIZER = optax.adam(0.025)
 """Adam on `log T` at learning rate 0.025 (one object, so default `ChEES()`s compare equal
@@ -47,9 +49,6 @@ _ACCEPTANCE_FLOOR = 1e-3
 then weighs like an acceptance of 1e-3 instead of sending the mean to exactly 0)."""
 
 # Dual averaging constants (Hoffman and Gelman 2014, Nesterov 2009).
-_DA_GAMMA = 0.05
-_DA_T0 = 10.0
-_DA_KAPPA = 0.75
 
 
 def pack(stats: dict[str, Array], layout: dict[str, tuple[int, ...]]) -> Array:
@@ -103,6 +102,7 @@ class _ChEESInfo(Info):
     proposal: Float[Array, " dim"]
     velocity: Float[Array, " dim"]
     time_scale: Float[Array, ""]
+    start_healthy: Bool[Array, ""]
 
 
 class _ChEESKernel(Sampler):
@@ -176,34 +176,15 @@ class _ChEESKernel(Sampler):
             proposal=x,
             velocity=velocity(p, imm),
             time_scale=jnp.asarray(h, jnp.float32),
+            start_healthy=is_healthy(state),
         )
         return next_count(select(accept, new, state)), info
-
-
-class _DualAveraging(eqx.Module):
-    """Dual averaging state for `log step_size` (Hoffman and Gelman 2014, Algorithm 5)."""
-
-    log_step_size: Float[Array, ""]
-    log_averaged: Float[Array, ""]
-    error_sum: Float[Array, ""]
-    shrink_to: Float[Array, ""]
-
-    def update(
-        self, acceptance: Float[Array, ""], target: float, iteration: Int[Array, ""]
-    ) -> "_DualAveraging":
-        m = iteration.astype(jnp.float32)
-        w = 1.0 / (m + _DA_T0)
-        error_sum = (1.0 - w) * self.error_sum + w * (target - acceptance)
-        log_step = self.shrink_to - jnp.sqrt(m) / _DA_GAMMA * error_sum
-        weight = m ** (-_DA_KAPPA)
-        log_averaged = weight * log_step + (1.0 - weight) * self.log_averaged
-        return _DualAveraging(log_step, log_averaged, error_sum, self.shrink_to)
 
 
 class _ChEESState(eqx.Module):
     log_trajectory_length: Float[Array, ""]
     optimizer_state: PyTree
-    dual_averaging: _DualAveraging
+    dual_averaging: DualAveraging
 
 
 class ChEES(EnsembleAdaptation):
@@ -235,10 +216,15 @@ class ChEES(EnsembleAdaptation):
       variance of the positions.
 
     Every statistic is a cross-chain mean over the chains whose statistics are finite
-    (`finite_chain_mean`): a diverging chain is left out and counted in
-    `adaptation_info.num_excluded`. The hyperparameters and the optax state are computed
-    from these means, so they are identical in every chain (broadcast); the whole
-    adaptation is one `while_loop` inside the run's `ensemble_map`, with no host sync.
+    and whose state before the step was finite (log density, gradient and `x^2`;
+    `finite_chain_mean`): such a chain is left out and counted in
+    `adaptation_info.num_excluded` (a `RestartInfo`). A chain that is not finite before
+    the adaptation (it starts outside the support, or at a NaN) is counted there too and
+    restarted at a healthy chain's position (round robin, a fresh `init` there); so is
+    any chain still not finite after it (`num_restarted` counts both).
+    The hyperparameters and the optax state are computed from these means, so they are
+    identical in every chain (broadcast); the whole adaptation is one `while_loop` inside
+    the run's `ensemble_map`, with no host sync.
 
     `samplers.run` returns the tuned `samplers.HMC`: `step_size` (the averaged step size),
     `num_integration_steps = T / step_size` as a float array (HMC rounds it, so
@@ -344,7 +330,7 @@ class ChEES(EnsembleAdaptation):
 
     def run(
         self, sampler: HMC | None, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
-    ) -> tuple[HMC, GradientState, AdaptationInfo]:
+    ) -> tuple[HMC, GradientState, RestartInfo]:
         self._check_sampler(sampler)
         eps, length = self._initial(sampler)
         dtype = jnp.result_type(state.position)
@@ -368,6 +354,13 @@ class ChEES(EnsembleAdaptation):
             self.max_num_steps,
             threshold,
         )
+        # Non-finite chains: excluded from the first step's means, then restarted at healthy
+        # chains' positions; once healthy, an HMC chain never accepts a non-finite proposal.
+        restart_key = jax.random.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
+        bad_before = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+        state, restarted = restart_unhealthy(
+            kernel, logdensity, state, jax.random.fold_in(restart_key, 0)
+        )
         kernel, state, info = super().run(kernel, logdensity, state, key)
         tuned = HMC(
             step_size=kernel.averaged_step_size,
@@ -376,14 +369,27 @@ class ChEES(EnsembleAdaptation):
             jitter=self.jitter > 0,
             divergence_threshold=threshold,
         )
-        return tuned, state, info
+        bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+        state, restarted_after = restart_unhealthy(
+            tuned, logdensity, state, jax.random.fold_in(restart_key, 1)
+        )
+        return (
+            tuned,
+            state,
+            RestartInfo(
+                num_steps=info.num_steps,
+                num_excluded=info.num_excluded + bad_before + bad_after,
+                num_grads=info.num_grads,
+                num_restarted=restarted + restarted_after,
+            ),
+        )
 
     # -- the EnsembleAdaptation protocol ----------------------------------------------------
 
     def init_state(self, sampler: _ChEESKernel, state: GradientState) -> _ChEESState:
         log_length = jnp.log(sampler.trajectory_length)
         log_eps = jnp.log(sampler.step_size)
-        averaging = _DualAveraging(log_eps, log_eps, jnp.float32(0.0), jnp.log(10.0) + log_eps)
+        averaging = DualAveraging(log_eps, log_eps, jnp.float32(0.0), jnp.log(10.0) + log_eps)
         return _ChEESState(log_length, self.optimizer.init(log_length), averaging)
 
     def statistics(self, sampler: _ChEESKernel, state: GradientState, info: _ChEESInfo) -> PyTree:
@@ -395,8 +401,13 @@ class ChEES(EnsembleAdaptation):
         x0 = info.start
         dim = x0.shape
         layout = {"x0": dim, "x0sq": dim, "ax1": dim, "ax1sq": dim, "a": ()}
+        # A chain that started the step non-finite (its log density, gradient or x^2) is
+        # left out of every mean: NaN statistics are what finite_chain_mean excludes.
+        nan_unless_healthy = lambda v: jnp.where(info.start_healthy, v, jnp.nan)
         centers, _ = finite_chain_mean(
-            pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1, "ax1sq": a * x1**2, "a": a}, layout)
+            nan_unless_healthy(
+                pack({"x0": x0, "x0sq": x0**2, "ax1": a * x1, "ax1sq": a * x1**2, "a": a}, layout)
+            )
         )
         centers = unpack(centers, layout)
         c0 = centers["x0"]
@@ -431,7 +442,7 @@ class ChEES(EnsembleAdaptation):
             "x2": x**2,
             "start2": x0**2,  # a start overflowing to inf marks the chain as diverging
         }
-        return pack(stats, self._layout(x.shape[-1]))
+        return nan_unless_healthy(pack(stats, self._layout(x.shape[-1])))
 
     @staticmethod
     def _layout(dim: int) -> dict[str, tuple[int, ...]]:

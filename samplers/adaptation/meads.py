@@ -25,7 +25,8 @@ from ..kernels import (
     select,
     step_chain,
 )
-from ._base import AdaptationInfo, EnsembleAdaptation, finite_chain_mean
+from ._base import EnsembleAdaptation, finite_chain_mean
+from ._restart import RestartInfo, is_healthy, restart_unhealthy
 from .chees import pack, unpack
 
 _TINY = 1e-30
@@ -137,7 +138,11 @@ class MEADS(EnsembleAdaptation):
     during step `t`, and the statistics of its current states set the hyperparameters of
     every other fold, so no chain's hyperparameters depend on its own state. Fold
     statistics are masked cross-chain means (each chain contributes to its own fold only;
-    non-finite chains are left out and counted in `adaptation_info.num_excluded`):
+    a chain whose state, log density included, or statistics are not finite is left out
+    and counted in `adaptation_info.num_excluded`, a `RestartInfo`). A chain not finite
+    before the adaptation is left out of the initial statistics, counted, and restarted
+    at a healthy chain's position (round robin, a fresh `init` there), as is any chain
+    still not finite after it (`num_restarted` counts both):
 
     * **preconditioner**: the diagonal inverse mass matrix is the fold's cross-chain
       variance `sigma^2` of each coordinate;
@@ -233,7 +238,7 @@ class MEADS(EnsembleAdaptation):
 
     def run(
         self, sampler: GHMC | None, logdensity: Logdensity, state: GHMCState, key: PRNGKeyArray
-    ) -> tuple[GHMC, GHMCState, AdaptationInfo]:
+    ) -> tuple[GHMC, GHMCState, RestartInfo]:
         ghmc = self._ghmc(sampler)
         num_chains = enn.num_chains()
         if num_chains < 2 * self.num_folds:
@@ -265,13 +270,33 @@ class MEADS(EnsembleAdaptation):
         kernel = _HeldFold(
             per_chain, jnp.int32(0), directions, jnp.ones(shape, dtype), self.num_folds
         )
+        # Non-finite chains: excluded from the initial statistics, then restarted at healthy
+        # chains' positions; once healthy, a GHMC chain never accepts a non-finite proposal.
+        restart_key = jax.random.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
+        means, bad_before = finite_chain_mean(self.statistics(kernel, state, None))
+        state, restarted = restart_unhealthy(
+            per_chain, logdensity, state, jax.random.fold_in(restart_key, 0)
+        )
         # Step 0's hyperparameters come from the initial states of fold 0 (held in step 0).
         means, _ = finite_chain_mean(self.statistics(kernel, state, None))
         kernel, _ = self.update(kernel, None, means, jnp.int32(-1))
         kernel, state, info = super().run(kernel, logdensity, state, key)
         # The last update may have changed this chain's preconditioner after its last step.
         state = eqx.tree_at(lambda s: s.momentum, state, state.momentum * kernel.momentum_scale)
-        return kernel.kernel, state, info
+        bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+        state, restarted_after = restart_unhealthy(
+            kernel.kernel, logdensity, state, jax.random.fold_in(restart_key, 1)
+        )
+        return (
+            kernel.kernel,
+            state,
+            RestartInfo(
+                num_steps=info.num_steps,
+                num_excluded=info.num_excluded + bad_before + bad_after,
+                num_grads=info.num_grads,
+                num_restarted=restarted + restarted_after,
+            ),
+        )
 
     # -- the EnsembleAdaptation protocol ----------------------------------------------------
 
@@ -299,10 +324,14 @@ class MEADS(EnsembleAdaptation):
             "sg2": per_fold(sg**2),
             "gsg": per_fold(g * sg),
         }
-        # Finite chains per fold (the same mask as the cross-chain means will use).
+        # Healthy chains per fold: finite statistics and a finite state (a chain stuck where
+        # the log density is -inf or NaN can have a finite x and gradient, and would
+        # inflate its fold's variance). The others get NaN statistics, which the
+        # cross-chain means leave out (and count).
         finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(stats)]))
-        stats["n"] = enn.chain_sum(onehot * finite.astype(x.dtype))
-        return pack(stats, self._layout(x.shape[-1]))
+        healthy = finite & is_healthy(state)
+        stats["n"] = enn.chain_sum(onehot * healthy.astype(x.dtype))
+        return jnp.where(healthy, pack(stats, self._layout(x.shape[-1])), jnp.nan)
 
     def _layout(self, dim: int) -> dict[str, tuple[int, ...]]:
         folds, vectors = (self.num_folds,), (self.num_folds, dim)

@@ -238,6 +238,9 @@ class Sampler(eqx.Module):
     # the driver then does not run it through `enn.batch_invariant` blocks.
     step_uses_ensemble: ClassVar[bool] = False
 
+    # The acceptance `samplers.WindowAdaptation` tunes the step size to by default.
+    default_target_acceptance: ClassVar[float] = 0.8
+
     def __check_init__(self) -> None:
         # Catch impossible hyperparameters when they are concrete; schedules and traced
         # values are checked by their users. Fields declared with `samplers.hyperparameter`

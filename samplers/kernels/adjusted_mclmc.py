@@ -9,6 +9,7 @@ change plus the change of `-log p`.
 """
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -86,6 +87,8 @@ class AdjustedMCLMC(Sampler):
         >>> int(state.count), int(info.num_grads), bool(0 <= info.acceptance_rate <= 1)
         (1, 8, True)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.9
 
     step_size: Hyper = hyperparameter(positive=True)
     num_integration_steps: Hyper = hyperparameter(positive=True, integer=True)

@@ -1,6 +1,8 @@
 """Generalized HMC (Horowitz): one leapfrog step per transition, partial momentum refresh,
 momentum flip on rejection."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,8 @@ class GHMC(Sampler):
         >>> round(float(samplers.GHMC(step_size=0.3, damping=1.0).persistence(0.3, 0)), 3)
         0.741
     """
+
+    default_target_acceptance: ClassVar[float] = 0.8
 
     step_size: Hyper = hyperparameter(positive=True)
     momentum_persistence: Hyper = hyperparameter(nonnegative=True, maximum=1.0, default=None)

@@ -1,6 +1,8 @@
 """Hamiltonian Monte Carlo with a leapfrog integrator and a fixed (or jittered) number of
 steps."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -49,6 +51,8 @@ class HMC(Sampler):
         >>> int(info.num_grads), bool(info.acceptance_rate > 0.9)
         (8, True)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.8
 
     step_size: Hyper = hyperparameter(positive=True)
     num_integration_steps: Hyper = hyperparameter(positive=True, integer=True)

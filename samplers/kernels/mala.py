@@ -1,5 +1,7 @@
 """The Metropolis-adjusted Langevin algorithm."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,8 @@ class MALA(Sampler):
         >>> int(info.num_grads), round(float(info.step_size), 6)
         (1, 0.8)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.574
 
     step_size: Hyper = hyperparameter(positive=True)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)

@@ -1,5 +1,7 @@
 """Gaussian random-walk Metropolis."""
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,8 @@ class RandomWalk(Sampler):
         >>> state.position.shape, int(state.count), int(info.num_grads)
         ((3,), 1, 0)
     """
+
+    default_target_acceptance: ClassVar[float] = 0.234
 
     step_size: Hyper = hyperparameter(positive=True)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
