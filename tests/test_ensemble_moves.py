@@ -43,8 +43,8 @@ def flat(x):
 class StretchWithoutJacobian(samplers.Stretch):
     """Wrong on purpose: drops the z^(d-1) factor of the acceptance ratio."""
 
-    def proposal(self, key, position, ensemble, start, size, count):
-        proposed, _ = super().proposal(key, position, ensemble, start, size, count)
+    def proposal(self, key, u, position, ensemble, start, size, hyper):
+        proposed, _ = super().proposal(key, u, position, ensemble, start, size, hyper)
         return proposed, jnp.zeros((), position.dtype)
 
 
