@@ -20,7 +20,7 @@ log-density in *both* sub-steps and the inactive half's result is discarded: a f
 gradients.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -31,6 +31,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 import ensemblenn as enn
 from ensemblenn._context import current_frame
 
+from .. import _threefry
 from .._sampler import Hyper, Info, Logdensity, Sampler, State, resolve
 from .random_walk import DIVERGENCE_THRESHOLD, log_density, next_count
 
@@ -104,6 +105,8 @@ class _RedBlueMove(Sampler):
 
     # `step` gathers the ensemble; the per-walker move inside it is blocked instead.
     step_uses_ensemble = True
+    # Whether `proposal` needs `dim` uniforms of its own (for Gaussian noise).
+    jitter: ClassVar[bool] = False
 
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
@@ -119,7 +122,7 @@ class _RedBlueMove(Sampler):
 
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
         u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
@@ -130,9 +133,10 @@ class _RedBlueMove(Sampler):
         """The proposed position and the log proposal correction
         `log q(position | proposed) - log q(proposed | position)` (Jacobian included).
 
-        `u` holds two uniforms in [0, 1) drawn for this walker; `key` is for any further
-        draws. `ensemble` holds every walker's position in global chain order; the
-        complementary half is `ensemble[start : start + size]`, and only it may be used.
+        `u` holds two uniforms in [0, 1) drawn for this walker, and `jitter` `dim`
+        more when the class sets `jitter = True` (else none). `ensemble` holds every
+        walker's position in global chain order; the complementary half is
+        `ensemble[start : start + size]`, and only it may be used.
         """
         raise NotImplementedError
 
@@ -156,29 +160,45 @@ class _RedBlueMove(Sampler):
     def _move(
         self,
         logdensity: Logdensity,
-        walker: tuple,
+        walkers: tuple,
         ensemble: Array,
         start: int,
         size: int,
     ) -> tuple[Array, Array, Info]:
-        """One MH update of one walker against `ensemble[start : start + size]`."""
-        position, logp, key_data, hyper = walker
-        key = jax.random.wrap_key_data(key_data)
-        # One draw for all the uniforms: threefry, not the arithmetic, is what a move
-        # spends its time on. Further draws (DE's jitter) come from another stream.
-        u = jax.random.uniform(key, (3,), position.dtype)
-        proposed, correction = self.proposal(
-            jax.random.fold_in(key, 1), u[:2], position, ensemble, start, size, hyper
+        """The MH updates of a batch of walkers against `ensemble[start : start + size]`.
+
+        Only the log density runs in `enn.batch_invariant` blocks: the rest is
+        elementwise arithmetic (kept free of fused multiply-adds by `enn.rounded`), whose
+        bits do not depend on the batch width, and a block loop around it would cost more
+        than the move itself.
+        """
+        position, logp, key_data, hyper = walkers
+        keys = jax.random.wrap_key_data(key_data)
+        # One hash for all of a walker's random numbers: threefry, not the arithmetic, is
+        # what a move spends its time on.
+        dim = position.shape[-1]
+        count = 3 + (dim if self.jitter else 0)
+        u = jax.vmap(lambda k: _threefry.uniforms(k, count, position.dtype))(keys)
+        proposal = jax.vmap(self.proposal, in_axes=(0, 0, 0, None, None, None, 0))
+        proposed, correction = proposal(
+            u[:, 3:],
+            u[:, :2],
+            position,
+            ensemble,
+            start,
+            size,
+            hyper,
         )
-        logp_proposed = log_density(logdensity, proposed)
-        accept, info = _accept(
-            u[2],
-            logp_proposed - logp + correction,
-            self.reported_scale(hyper),
+        density = jax.vmap(enn.batch_invariant(log_density), in_axes=(None, 0))
+        logp_proposed = density(logdensity, proposed)
+        accept, info = jax.vmap(_accept, in_axes=(0, 0, 0, None))(
+            u[:, 2],
+            logp_proposed - logp + enn.rounded(correction),
+            jax.vmap(self.reported_scale)(hyper),
             self.divergence_threshold,
         )
         return (
-            jnp.where(accept, proposed, position),
+            jnp.where(accept[:, None], proposed, position),
             jnp.where(accept, logp_proposed, logp),
             info,
         )
@@ -195,7 +215,6 @@ class _RedBlueMove(Sampler):
         share = -(-half // frame.num_devices)
         first = jax.lax.axis_index(frame.mesh_axis) * share
         mine = jnp.minimum(first + jnp.arange(share), half - 1)
-        move = jax.vmap(enn.batch_invariant(self._move), in_axes=(None, 0, None, None, None))
 
         def gather(tree: Any) -> Any:
             # The shares of every device, in walker order: one half of the ensemble.
@@ -209,7 +228,7 @@ class _RedBlueMove(Sampler):
         moved = []
         for moving, start in ((0, half), (half, 0)):
             chosen = jax.tree.map(lambda x: x[moving + mine], walkers)
-            moved.append(gather(move(logdensity, chosen, ensemble, start, half)))
+            moved.append(gather(self._move(logdensity, chosen, ensemble, start, half)))
             ensemble = jnp.concatenate([moved[0][0], walkers[0][half:]])
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *moved)
         position, logp, info = jax.tree.map(lambda x: x[enn.chain_index()], both)
@@ -275,7 +294,7 @@ class Stretch(_RedBlueMove):
 
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
         u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
@@ -287,8 +306,9 @@ class Stretch(_RedBlueMove):
         anchor = ensemble[start + _index_below(u[0], size)]
         # Inverse CDF of g(z) ∝ 1/sqrt(z) on [1/a, a]: sqrt(z) is uniform on
         # [1/sqrt(a), sqrt(a)], i.e. z = (1 + (a - 1) u)^2 / a.
-        z = (1 + (a - 1) * u[1]) ** 2 / a
-        proposed = anchor + z * (position - anchor)
+        # (enn.rounded: no fused multiply-add, whose use depends on the batch width.)
+        z = (1 + enn.rounded((a - 1) * u[1])) ** 2 / a
+        proposed = anchor + enn.rounded(z * (position - anchor))
         # The map x -> y stretches all d directions by z; with g(1/z) = z g(z) the
         # correction is z^(d-1).
         return proposed, (position.shape[-1] - 1) * jnp.log(z)
@@ -337,6 +357,7 @@ class DifferentialEvolution(_RedBlueMove):
 
     gamma: Hyper = None
     sigma: Hyper = 1e-5
+    jitter: ClassVar[bool] = True
 
     def __check_init__(self) -> None:
         gamma, sigma = _concrete(self.gamma), _concrete(self.sigma)
@@ -365,7 +386,7 @@ class DifferentialEvolution(_RedBlueMove):
 
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
         u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
@@ -378,6 +399,7 @@ class DifferentialEvolution(_RedBlueMove):
         # k uniform over the other size - 1 walkers of the half: an offset in [1, size).
         k = (j + 1 + _index_below(u[1], size - 1)) % size
         difference = ensemble[start + j] - ensemble[start + k]
-        eps = sigma * jax.random.normal(key, position.shape, position.dtype)
-        proposed = position + gamma * difference + eps
+        eps = enn.rounded(sigma * _threefry.normals(jitter))
+        # (enn.rounded: no fused multiply-add, whose use depends on the batch width.)
+        proposed = position + enn.rounded(gamma * difference) + eps
         return proposed, jnp.zeros((), position.dtype)
