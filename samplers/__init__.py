@@ -13,6 +13,7 @@ Example:
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import isokinetic, targets
 from ._adaptation import Adaptation
+from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._moments import ChainMoments
 from ._result import Diagnostics, Result
 from ._run import run
@@ -51,6 +52,8 @@ from .kernels import (
 __all__ = [
     # the driver and its result
     "run",
+    "enable_compilation_cache",
+    "default_cache_dir",
     "Result",
     "Diagnostics",
     "ChainMoments",
