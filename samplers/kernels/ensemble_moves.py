@@ -14,10 +14,8 @@ does not depend on the walker itself, so each sub-step leaves the product of the
 invariant, and so does their composition.
 
 Cost: a walker keeps its log-density in its state, so a move evaluates the target once, at
-the proposal. Under `vmap` every walker nevertheless computes a proposal and its
-log-density in *both* sub-steps and the inactive half's result is discarded: a full
-`step`, which moves every walker once, costs 2 log-density evaluations per walker and no
-gradients.
+the proposal, and only the moving half computes moves (see `_RedBlueMove`): a full `step`,
+which moves every walker once, costs 1 log-density evaluation per walker and no gradients.
 """
 
 from typing import Any, ClassVar
@@ -250,11 +248,11 @@ class Stretch(_RedBlueMove):
     walkers than dimensions (`2 d` at least; a few times that is better).
 
     One `step` moves the first half of the walkers (by global chain index), then the second
-    half against the updated first half (see the module docstring), and costs 2
-    log-density evaluations per walker (one of them discarded under `vmap`) and no
-    gradients. `step` needs the whole ensemble, so it only runs inside `enn.ensemble_map`
-    (as `samplers.run` calls it); elsewhere it raises `enn.CollectiveError`. The ensemble
-    must have an even number of walkers, at least 4 (`enn.ChainCountError` otherwise).
+    half against the updated first half (see the module docstring), and costs 1
+    log-density evaluation per walker and no gradients. `step` needs the whole ensemble,
+    so it only runs inside `enn.ensemble_map` (as `samplers.run` calls it); elsewhere it
+    raises `enn.CollectiveError`. The ensemble must have an even number of walkers, at
+    least 4 (`enn.ChainCountError` otherwise).
 
     Attributes:
         a: the stretch scale, `> 1`, a scalar: a number, a scalar array, an
@@ -328,8 +326,8 @@ class DifferentialEvolution(_RedBlueMove):
     would take long to widen a degenerate ensemble), with more walkers than dimensions.
 
     Same structure and cost as `Stretch`: one `step` moves the first half of the walkers
-    against the second, then the second against the updated first; 2 log-density
-    evaluations per walker per step (one discarded under `vmap`), no gradients; only
+    against the second, then the second against the updated first; 1 log-density
+    evaluation per walker per step, no gradients; only
     inside `enn.ensemble_map` / `samplers.run`; an even number of walkers, at least 4.
 
     Attributes:
