@@ -10,10 +10,12 @@ measures stationary mixing, not burn-in), for the same number of steps:
 * NumPyro: `MCMC(AIES(potential_fn=..., moves={AIES.StretchMove(): 1.0}), num_warmup=0,
   chain_method="vectorized", thinning=10)`.
 
-Timing: the JAX implementations are run twice; `compile_s` is the first call's
-compilation (from JAX's compile events) and `run_s` the second call's wall time, minus any
-compilation it repeated (NumPyro's `MCMC.run` compiles again on every call). Throughput is
-walker-steps per second.
+Timing: the JAX implementations are called once to compile (`compile_s`, from JAX's
+compile events), then `--repeats` times each, interleaved (ours, AIES, ours, ...) so a load
+change on a shared machine hits both alike; `run_s` is the fastest run's wall time minus any
+compilation it repeated (NumPyro's `MCMC.run` compiles again on every call), and the
+`_median` fields the median run. Throughput is walker-steps per second (from the fastest
+run; `vs AIES (median)` compares medians). The 1-minute load average is in every row.
 
 Autocorrelation: the integrated autocorrelation time `tau` (in steps, worst coordinate)
 comes from `emcee.autocorr.integrated_time` (mean autocorrelation over the walkers, Sokal's
@@ -54,7 +56,8 @@ COLUMNS = [
     ("compile_s", "compile s", ".2f"),
     ("run_s", "run s", ".2f"),
     ("walker_steps_per_s", "walker-steps/s", ".3g"),
-    ("speedup_vs_aies", "vs AIES", ".2f"),
+    ("speedup_vs_aies", "vs AIES (min)", ".2f"),
+    ("speedup_vs_aies_median", "vs AIES (median)", ".2f"),
     ("tau_max", "tau (max)", ".0f"),
     ("steps_over_tau", "steps/tau", ".0f"),
     ("ess_per_s", "ESS/s (worst coord.)", ".3g"),
@@ -70,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="steps for gauss20,rosenbrock36 (default 15000,40000; --full 15000,1500000)",
     )
     p.add_argument("--targets", default="gauss20,rosenbrock36")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs each (default 3)")
 
 
 def _targets(smoke: bool) -> dict[str, tuple[Any, Any]]:
@@ -135,8 +139,8 @@ def _metrics(chain: np.ndarray, walkers: int, steps: int, run_s: float, thin: in
     )
 
 
-def _ours(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int, mesh: Any) -> dict:
-    walkers = x0.shape[0]
+def _ours(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int, mesh: Any) -> Any:
+    """A call of our sampler (for `_timed`) and how to read its result."""
     positions = jnp.asarray(x0, jnp.float32)
 
     def call() -> Any:
@@ -154,22 +158,14 @@ def _ours(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int, mesh: A
             )
         )
 
-    with clock() as first:
-        call()
-    with clock() as second:
-        result = call()
-    chain = np.asarray(result.trace).transpose(1, 0, 2)  # (draws, walkers, d)
-    row = dict(
-        compile_s=first.compile_s,
-        first_call_s=first.wall,
-        run_s=second.wall,
-        acceptance=float(np.mean(result.acceptance_rate)),
-    )
-    row.update(_metrics(chain, walkers, steps, second.wall, thin))
-    return row
+    def read(result: Any) -> tuple[np.ndarray, float]:
+        chain = np.asarray(result.trace).transpose(1, 0, 2)  # (draws, walkers, d)
+        return chain, float(np.mean(result.acceptance_rate))
+
+    return call, read
 
 
-def _aies(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> dict:
+def _aies(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> Any:
     from numpyro.infer import AIES, MCMC
 
     walkers = x0.shape[0]
@@ -185,25 +181,40 @@ def _aies(target: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> dict
     )
     init = jnp.asarray(x0, jnp.float32)
 
-    def call() -> None:
+    def call() -> Any:
         mcmc.run(jax.random.key(seed), init_params=init)
-        jax.block_until_ready(mcmc.get_samples())
+        return jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
 
-    with clock() as first:
-        call()
-    with clock() as second:
-        call()
-    chain = np.asarray(mcmc.get_samples(group_by_chain=True)).transpose(1, 0, 2)
-    accept = float(mcmc.last_state.inner_state.mean_accept_prob)
-    row = dict(
-        compile_s=first.compile_s,
-        first_call_s=first.wall,
-        run_s=second.run_s,
-        recompiles=second.compiles,
-        acceptance=accept,
-    )
-    row.update(_metrics(chain, walkers, steps, second.run_s, thin))
-    return row
+    def read(samples: Any) -> tuple[np.ndarray, float]:
+        chain = np.asarray(samples).transpose(1, 0, 2)
+        return chain, float(mcmc.last_state.inner_state.mean_accept_prob)
+
+    return call, read
+
+
+def _timed(calls: dict, repeats: int) -> dict:
+    """Each call's first run (compilation) and then `repeats` runs, interleaved across
+    the implementations, so that a load change on this shared machine hits them alike.
+    `run_s` is a run's wall time minus any compilation it repeated (NumPyro's `MCMC.run`
+    compiles again on every call); min and median over the repeats."""
+    out: dict = {}
+    for name, (call, _) in calls.items():
+        with clock() as first:
+            call()
+        out[name] = dict(compile_s=first.compile_s, first_call_s=first.wall, times=[])
+    for _ in range(repeats):
+        for name, (call, _) in calls.items():
+            with clock() as c:
+                result = call()
+            out[name]["times"].append(c.run_s)
+            out[name]["recompiles"] = c.compiles
+            out[name]["result"] = result
+    for name, (_, read) in calls.items():
+        row = out[name]
+        times = sorted(row.pop("times"))
+        row.update(run_s=times[0], run_s_median=times[len(times) // 2])
+        row["chain"], row["acceptance"] = read(row.pop("result"))
+    return out
 
 
 def _emcee(log_prob: Any, x0: np.ndarray, steps: int, thin: int, seed: int) -> dict:
@@ -254,25 +265,45 @@ def run(args: argparse.Namespace) -> list[dict]:
         )
         thin = thin_for(steps)
         rows = {}
-        for impl, module, fn in (
-            ("ensemblenn", None, lambda: _ours(target, x0, steps, thin, args.seed, mesh)),
-            ("numpyro AIES", "numpyro", lambda: _aies(target, x0, steps, thin, args.seed)),
-            ("emcee", "emcee", lambda: _emcee(log_prob, x0, steps, thin, args.seed)),
-        ):
-            if module is not None and not have(module):
-                rows[impl] = skipped(
-                    BENCH, impl, module, **{k: v for k, v in common.items() if k != "benchmark"}
-                )
-                continue
-            row = dict(common, impl=impl)
+        calls = {"ensemblenn": _ours(target, x0, steps, thin, args.seed, mesh)}
+        if have("numpyro"):
+            calls["numpyro AIES"] = _aies(target, x0, steps, thin, args.seed)
+        else:
+            rows["numpyro AIES"] = skipped(
+                BENCH,
+                "numpyro AIES",
+                "numpyro",
+                **{k: v for k, v in common.items() if k != "benchmark"},
+            )
+        try:
+            timed = _timed(calls, args.repeats or (1 if args.smoke else 3))
+        except Exception as err:  # noqa: BLE001 - reported as a row
+            timed = {}
+            for impl in calls:
+                rows[impl] = dict(common, impl=impl, status="error", error=error_text(err))
+        for impl, t in timed.items():
+            chain = t.pop("chain")
+            row = dict(common, impl=impl, **t)
+            row.update(_metrics(chain, walkers, steps, t["run_s"], thin))
+            row["walker_steps_per_s_median"] = walkers * steps / t["run_s_median"]
+            rows[impl] = row
+        if have("emcee"):
+            row = dict(common, impl="emcee")
             try:
-                row.update(fn())
+                row.update(_emcee(log_prob, x0, steps, thin, args.seed))
             except Exception as err:  # noqa: BLE001 - reported as a row
                 row.update(status="error", error=error_text(err))
-            rows[impl] = row
+            rows["emcee"] = row
+        else:
+            rows["emcee"] = skipped(
+                BENCH, "emcee", "emcee", **{k: v for k, v in common.items() if k != "benchmark"}
+            )
         base = rows.get("numpyro AIES", {}).get("walker_steps_per_s")
+        base_median = rows.get("numpyro AIES", {}).get("walker_steps_per_s_median")
         for row in rows.values():
             if base and row.get("walker_steps_per_s"):
                 row["speedup_vs_aies"] = row["walker_steps_per_s"] / base
+            if base_median and row.get("walker_steps_per_s_median"):
+                row["speedup_vs_aies_median"] = row["walker_steps_per_s_median"] / base_median
             emit(row, records)
     return records

@@ -60,13 +60,27 @@ def _by_blocks(
     batched: list[bool],
     num_chains: int,
     block_size: int,
-) -> list:
-    """`one_chain` over `num_chains` chains, `block_size` at a time, in a loop."""
+    out_avals: list,
+) -> tuple[list, list[bool]]:
+    """`one_chain` over `num_chains` chains, `block_size` at a time, in a loop; and which
+    of its outputs a plain `vmap` over the batched operands would batch.
+
+    `out_avals` are one chain's output types: the buffers are sized from them, and the
+    block body, traced once, also tells which outputs vary, so `one_chain` is evaluated
+    only once here (tracing time matters: a run has dozens of these).
+    """
     num_blocks = -(-num_chains // block_size)
     rows = (num_blocks + 1) * block_size  # one spare block; see the module docstring
     padded = [_pad_rows(x, rows) if b else x for x, b in zip(operands, batched)]
     in_axes = [0 if b else None for b in batched]
-    block_fn = jax.vmap(one_chain, in_axes=(in_axes,))
+    varies: list[bool] = []
+
+    def probe(ops: list) -> list:
+        out = one_chain(ops)
+        varies[:] = [is_batched_over(o, _PROBE_AXIS) for o in out]
+        return out
+
+    block_fn = jax.vmap(probe, in_axes=(in_axes,), axis_name=_PROBE_AXIS)
 
     def block_of(i: jax.Array) -> list:
         return [
@@ -74,8 +88,7 @@ def _by_blocks(
             for x, b in zip(padded, batched)
         ]
 
-    shapes = jax.eval_shape(block_fn, block_of(jnp.int32(0)))
-    outputs = [jnp.zeros((rows, *s.shape[1:]), s.dtype) for s in shapes]
+    outputs = [jnp.zeros((rows, *a.shape), a.dtype) for a in out_avals]
 
     def body(i: jax.Array, outputs: list) -> list:
         results = block_fn(block_of(i))
@@ -86,23 +99,7 @@ def _by_blocks(
 
     trip_count = jax.lax.optimization_barrier(jnp.int32(num_blocks))
     outputs = jax.lax.fori_loop(0, trip_count, body, outputs)
-    return [o[:num_chains] for o in outputs]
-
-
-def _batched_outputs(
-    one_chain: Callable[..., list], operands: list, batched: list[bool]
-) -> list[bool]:
-    """Which outputs of `one_chain` a plain `vmap` over the batched operands would batch."""
-    found: list[bool] = []
-
-    def probe(ops: list) -> list:
-        out = one_chain(ops)
-        found[:] = [is_batched_over(o, _PROBE_AXIS) for o in out]
-        return out
-
-    in_axes = [0 if b else None for b in batched]
-    jax.eval_shape(jax.vmap(probe, in_axes=(in_axes,), axis_name=_PROBE_AXIS), operands)
-    return found
+    return [o[:num_chains] for o in outputs], varies
 
 
 AUTO_BLOCKS = 8
@@ -204,6 +201,7 @@ def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None) -> 
             closed = jax.make_jaxpr(flat)(*leaves)
         out_static, out_tree = static_out
         jaxpr, consts = closed.jaxpr, list(closed.consts)
+        out_avals = list(closed.out_avals)
         num_consts = len(consts)
 
         def one_chain(operands: list) -> list:
@@ -215,16 +213,15 @@ def batch_invariant(fn: Callable[..., _T], *, block_size: int | None = None) -> 
             # One chain alone runs the same blocked program as a batch of one.
             batched = [False] * num_consts + [True] * (len(operands) - num_consts)
             stacked = [x[None] if b else x for x, b in zip(operands, batched)]
-            out = _by_blocks(one_chain, stacked, batched, 1, size)
+            out, _ = _by_blocks(one_chain, stacked, batched, 1, size, out_avals)
             return [o[0] for o in out]
 
         @call.def_vmap
         def call_batched(axis_size: int, in_batched: list, operands: list) -> tuple:
             (batched,) = in_batched
-            out = _by_blocks(one_chain, operands, list(batched), axis_size, size)
+            out, varies = _by_blocks(one_chain, operands, list(batched), axis_size, size, out_avals)
             # An output that depends on no per-chain input stays unbatched, as under vmap
             # (a caller may declare it BROADCAST); every row holds the same value.
-            varies = _batched_outputs(one_chain, operands, list(batched))
             return [o if v else o[0] for o, v in zip(out, varies)], varies
 
         try:

@@ -224,3 +224,50 @@ def num_chains() -> int:
         [4.0, 4.0, 4.0, 4.0]
     """
     return _frame("num_chains", across_chains=False).num_chains
+
+
+def num_devices() -> int:
+    """The number of devices the ensemble is sharded over (a Python int).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: x + enn.num_devices(), in_roles=enn.PER_CHAIN)
+        >>> f(jnp.zeros(4)).tolist() == [float(jax.device_count())] * 4
+        True
+    """
+    return _frame("num_devices", across_chains=False).num_devices
+
+
+def device_index() -> Int[Array, ""]:
+    """This device's position along the ensemble's mesh axis: chains
+    `device_index() * num_chains() // num_devices()` onwards live on it.
+
+    The value is the same for every chain of a device, so work that depends only on it
+    (and on values gathered across chains) runs once per device, not once per chain:
+    the pattern for splitting an ensemble-wide computation into per-device shares,
+    recombined with `device_all_gather`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> f = enn.ensemble_map(lambda x: x + enn.device_index(), in_roles=enn.PER_CHAIN)
+        >>> per_device = jax.device_count()
+        >>> f(jnp.zeros(per_device)).tolist() == [float(i) for i in range(per_device)]
+        True
+    """
+    return jax.lax.axis_index(_frame("device_index").mesh_axis)
+
+
+def device_all_gather(tree: PyTree) -> PyTree:
+    """Every device's value of `tree` (computed once per device, e.g. from
+    `device_index()`), concatenated along the leading axis in device order.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> share = lambda x: enn.device_all_gather(enn.device_index()[None])[enn.chain_index()]
+        >>> f = enn.ensemble_map(share, in_roles=enn.PER_CHAIN)
+        >>> n = jax.device_count()
+        >>> f(jnp.zeros(n)).tolist() == list(range(n))
+        True
+    """
+    axis = _frame("device_all_gather").mesh_axis
+    return jax.tree.map(lambda x: jax.lax.all_gather(x, axis, tiled=True), tree)

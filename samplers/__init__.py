@@ -12,6 +12,7 @@ Example:
 
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import targets
+from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._errors import SamplerError, SamplerTypeError
 from .adaptation import (
     LAPS,
@@ -69,6 +70,8 @@ def __getattr__(name: str):
 __all__ = [
     # the driver and its result
     "run",
+    "enable_compilation_cache",
+    "default_cache_dir",
     "Result",
     "Diagnostics",
     "ChainMoments",

@@ -14,23 +14,24 @@ does not depend on the walker itself, so each sub-step leaves the product of the
 invariant, and so does their composition.
 
 Cost: a walker keeps its log-density in its state, so a move evaluates the target once, at
-the proposal. Under `vmap` every walker nevertheless computes a proposal and its
-log-density in *both* sub-steps and the inactive half's result is discarded: a full
-`step`, which moves every walker once, costs 2 log-density evaluations per walker and no
-gradients.
+the proposal, and only the moving half computes moves (see `_RedBlueMove`): a full `step`,
+which moves every walker once, costs 1 log-density evaluation per walker and no gradients.
 """
+
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
+from .. import _threefry
 from .._errors import SamplerError
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
-from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
+from ._transition import DIVERGENCE_THRESHOLD, log_density, next_count
 
 MIN_WALKERS = 4
 """Fewest walkers: each half needs two, since differential evolution draws a pair j != k."""
@@ -68,34 +69,73 @@ def _concrete(value: Hyper) -> np.ndarray | None:
         return None
 
 
+def _accept(
+    u: Float[Array, ""], log_ratio: Float[Array, ""], step_size: Array, threshold: float
+) -> tuple[Bool[Array, ""], Info]:
+    """`metropolis_info` with the acceptance uniform `u` given (drawn with the proposal's)."""
+    log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
+    energy_change = -log_ratio
+    info = Info(
+        acceptance_rate=jnp.minimum(1.0, jnp.exp(log_ratio)).astype(jnp.float32),
+        is_divergent=~jnp.isfinite(energy_change) | (energy_change > threshold),
+        num_grads=jnp.int32(0),
+        energy_change=energy_change.astype(jnp.float32),
+        step_size=jnp.asarray(step_size, jnp.float32),
+    )
+    return jnp.log(u) < log_ratio, info
+
+
 class _RedBlueMove(Sampler):
     """A Metropolis-Hastings move of one walker against the complementary half of the
-    ensemble; subclasses supply `proposal` and `scale`."""
+    ensemble; subclasses supply `hyper`, `proposal` and `reported_scale`.
+
+    How a step is computed (the same result as running every walker's move under `vmap`,
+    at half the cost): every device gathers the whole ensemble (positions, log-densities,
+    keys, hyperparameters), then computes the moves of its share of the moving half,
+    `ceil(n / 2 / devices)` walkers, outside the ensemble's `vmap`; the moved half is
+    gathered over devices, then the other half moves the same way, and each walker picks
+    its own result. So each walker's log density is evaluated once per step, at its
+    proposal (its current value is kept in the state), and each walker draws its random
+    numbers once, from its own key: the draws do not depend on where the walker lives.
+    The per-walker move runs in `enn.batch_invariant` blocks, so the bits do not depend on
+    the device count either.
+    """
 
     # `step` gathers the ensemble; the per-walker move inside it is blocked instead.
     step_uses_ensemble = True
+    # Whether `proposal` needs `dim` uniforms of its own (for Gaussian noise).
+    jitter: ClassVar[bool] = False
 
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
+    def hyper(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Any:
+        """This walker's hyperparameters at step `count` (a pytree of arrays): resolved
+        per walker before the ensemble is gathered, since a walker's move may be computed
+        on another device."""
+        raise NotImplementedError
+
+    def reported_scale(self, hyper: Any) -> Float[Array, ""]:
+        """The scalar hyperparameter reported as `Info.step_size`."""
+        raise NotImplementedError
+
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
+        u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
         start: int,
         size: int,
-        count: Int[Array, ""],
+        hyper: Any,
     ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
         """The proposed position and the log proposal correction
         `log q(position | proposed) - log q(proposed | position)` (Jacobian included).
 
-        `ensemble` holds every walker's position in global chain order; the complementary
-        half is `ensemble[start : start + size]`, and only it may be used.
+        `u` holds two uniforms in [0, 1) drawn for this walker, and `jitter` `dim`
+        more when the class sets `jitter = True` (else none). `ensemble` holds every
+        walker's position in global chain order; the complementary half is
+        `ensemble[start : start + size]`, and only it may be used.
         """
-        raise NotImplementedError
-
-    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
-        """The scalar hyperparameter reported as `Info.step_size`."""
         raise NotImplementedError
 
     @property
@@ -118,45 +158,77 @@ class _RedBlueMove(Sampler):
     def _move(
         self,
         logdensity: Logdensity,
-        state: State,
+        walkers: tuple,
         ensemble: Array,
         start: int,
         size: int,
-        key_proposal: PRNGKeyArray,
-        key_accept: PRNGKeyArray,
-    ) -> tuple[State, Info]:
-        """One MH update of this walker against `ensemble[start : start + size]`."""
-        proposed, correction = self.proposal(
-            key_proposal, state.position, ensemble, start, size, state.count
+    ) -> tuple[Array, Array, Info]:
+        """The MH updates of a batch of walkers against `ensemble[start : start + size]`.
+
+        Only the log density runs in `enn.batch_invariant` blocks: the rest is
+        elementwise arithmetic (kept free of fused multiply-adds by `enn.rounded`), whose
+        bits do not depend on the batch width, and a block loop around it would cost more
+        than the move itself.
+        """
+        position, logp, key_data, hyper = walkers
+        keys = jax.random.wrap_key_data(key_data)
+        # One hash for all of a walker's random numbers: threefry, not the arithmetic, is
+        # what a move spends its time on.
+        dim = position.shape[-1]
+        count = 3 + (dim if self.jitter else 0)
+        u = jax.vmap(lambda k: _threefry.uniforms(k, count, position.dtype))(keys)
+        proposal = jax.vmap(self.proposal, in_axes=(0, 0, 0, None, None, None, 0))
+        proposed, correction = proposal(
+            u[:, 3:],
+            u[:, :2],
+            position,
+            ensemble,
+            start,
+            size,
+            hyper,
         )
-        logp = log_density(logdensity, proposed)
-        log_ratio = logp - state.logdensity + correction
-        accept, info = metropolis_info(
-            -log_ratio,
-            key_accept,
-            num_grads=0,
-            step_size=self.scale(state.position, state.count),
-            divergence_threshold=self.divergence_threshold,
+        density = jax.vmap(enn.batch_invariant(log_density), in_axes=(None, 0))
+        logp_proposed = density(logdensity, proposed)
+        accept, info = jax.vmap(_accept, in_axes=(0, 0, 0, None))(
+            u[:, 2],
+            logp_proposed - logp + enn.rounded(correction),
+            jax.vmap(self.reported_scale)(hyper),
+            self.divergence_threshold,
         )
-        new = eqx.tree_at(lambda s: (s.position, s.logdensity), state, (proposed, logp))
-        return select(accept, new, state), info
+        return (
+            jnp.where(accept[:, None], proposed, position),
+            jnp.where(accept, logp_proposed, logp),
+            info,
+        )
 
     def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
         half = _half_size(type(self).__name__)
-        in_second = enn.chain_index() >= half
-        keys = jax.random.split(key, 4)  # (proposal, acceptance) for each sub-step
-        infos = []
-        # Sub-step 0 moves the first half against the second; sub-step 1 the second half
-        # against the first as it is *after* sub-step 0, hence the second gather.
-        for moving, start in ((0, half), (1, 0)):
-            ensemble = enn.chain_all_gather(state.position)
-            moved, info = enn.batch_invariant(self._move)(
-                logdensity, state, ensemble, start, half, keys[2 * moving], keys[2 * moving + 1]
-            )
-            active = in_second if moving else ~in_second
-            state = select(active, moved, state)
-            infos.append(info)
-        return next_count(state), select(in_second, infos[1], infos[0])
+        hyper = self.hyper(state.position, state.count)
+        walkers = enn.chain_all_gather(
+            (state.position, state.logdensity, jax.random.key_data(key), hyper)
+        )
+        # This device's share of a half (clipped at its end: a short last share repeats
+        # a walker, whose duplicate result is dropped).
+        share = -(-half // enn.num_devices())
+        first = enn.device_index() * share
+        mine = jnp.minimum(first + jnp.arange(share), half - 1)
+
+        def gather(tree: Any) -> Any:
+            # The shares of every device, in walker order: one half of the ensemble.
+            return jax.tree.map(lambda x: x[:half], enn.device_all_gather(tree))
+
+        # The first half moves against the second; then the second against the first as
+        # it is *after* that move.
+        ensemble = walkers[0]
+        moved = []
+        for moving, start in ((0, half), (half, 0)):
+            chosen = jax.tree.map(lambda x: x[moving + mine], walkers)
+            moved.append(gather(self._move(logdensity, chosen, ensemble, start, half)))
+            ensemble = jnp.concatenate([moved[0][0], walkers[0][half:]])
+        both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *moved)
+        position, logp, info = jax.tree.map(lambda x: x[enn.chain_index()], both)
+        new = eqx.tree_at(lambda s: (s.position, s.logdensity), state, (position, logp))
+        return next_count(new), info
 
 
 class Stretch(_RedBlueMove):
@@ -173,11 +245,11 @@ class Stretch(_RedBlueMove):
     walkers than dimensions (`2 d` at least; a few times that is better).
 
     One `step` moves the first half of the walkers (by global chain index), then the second
-    half against the updated first half (see the module docstring), and costs 2
-    log-density evaluations per walker (one of them discarded under `vmap`) and no
-    gradients. `step` needs the whole ensemble, so it only runs inside `enn.ensemble_map`
-    (as `samplers.run` calls it); elsewhere it raises `enn.CollectiveError`. The ensemble
-    must have an even number of walkers, at least 4 (`enn.ChainCountError` otherwise).
+    half against the updated first half (see the module docstring), and costs 1
+    log-density evaluation per walker and no gradients. `step` needs the whole ensemble,
+    so it only runs inside `enn.ensemble_map` (as `samplers.run` calls it); elsewhere it
+    raises `enn.CollectiveError`. The ensemble must have an even number of walkers, at
+    least 4 (`enn.ChainCountError` otherwise).
 
     Attributes:
         a: the stretch scale, `> 1`, a scalar: a number, a scalar array, an
@@ -209,27 +281,29 @@ class Stretch(_RedBlueMove):
                 "a=2.0 is the usual choice."
             )
 
-    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
+    def hyper(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Array:
         return resolve(self.a, count).astype(jnp.result_type(position))
+
+    def reported_scale(self, hyper: Array) -> Array:
+        return hyper
 
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
+        u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
         start: int,
         size: int,
-        count: Int[Array, ""],
+        hyper: Array,
     ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
-        a = self.scale(position, count)
-        # One draw for both random numbers: threefry, not the arithmetic, is what a
-        # stretch move spends its time on.
-        u_j, u = jax.random.uniform(key, (2,), position.dtype)
-        anchor = ensemble[start + _index_below(u_j, size)]
+        a = hyper
+        anchor = ensemble[start + _index_below(u[0], size)]
         # Inverse CDF of g(z) ∝ 1/sqrt(z) on [1/a, a]: sqrt(z) is uniform on
         # [1/sqrt(a), sqrt(a)], i.e. z = (1 + (a - 1) u)^2 / a.
-        z = (1 + (a - 1) * u) ** 2 / a
-        proposed = anchor + z * (position - anchor)
+        # (enn.rounded: no fused multiply-add, whose use depends on the batch width.)
+        z = (1 + enn.rounded((a - 1) * u[1])) ** 2 / a
+        proposed = anchor + enn.rounded(z * (position - anchor))
         # The map x -> y stretches all d directions by z; with g(1/z) = z g(z) the
         # correction is z^(d-1).
         return proposed, (position.shape[-1] - 1) * jnp.log(z)
@@ -249,8 +323,8 @@ class DifferentialEvolution(_RedBlueMove):
     would take long to widen a degenerate ensemble), with more walkers than dimensions.
 
     Same structure and cost as `Stretch`: one `step` moves the first half of the walkers
-    against the second, then the second against the updated first; 2 log-density
-    evaluations per walker per step (one discarded under `vmap`), no gradients; only
+    against the second, then the second against the updated first; 1 log-density
+    evaluation per walker per step, no gradients; only
     inside `enn.ensemble_map` / `samplers.run`; an even number of walkers, at least 4.
 
     Attributes:
@@ -278,6 +352,7 @@ class DifferentialEvolution(_RedBlueMove):
 
     gamma: Hyper = hyperparameter(positive=True, default=None)
     sigma: Hyper = hyperparameter(nonnegative=True, default=1e-5)
+    jitter: ClassVar[bool] = True
 
     def __check_init__(self) -> None:
         gamma, sigma = _concrete(self.gamma), _concrete(self.sigma)
@@ -289,33 +364,35 @@ class DifferentialEvolution(_RedBlueMove):
         if sigma is not None and not np.all(sigma >= 0):
             raise SamplerError(f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}.")
 
-    def _gamma(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Array:
+    def hyper(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> tuple:
         dtype = jnp.result_type(position)
         if self.gamma is None:
             # ter Braak's optimum for a Gaussian target: the jump's scale is then that of
             # the target's, 2.38 / sqrt(d), since x_j - x_k has twice the target variance.
-            return jnp.asarray(2.38 / (2 * position.shape[-1]) ** 0.5, dtype)
-        return resolve(self.gamma, count).astype(dtype)
+            gamma = jnp.asarray(2.38 / (2 * position.shape[-1]) ** 0.5, dtype)
+        else:
+            gamma = resolve(self.gamma, count).astype(dtype)
+        return gamma, resolve(self.sigma, count).astype(dtype)
 
-    def scale(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Float[Array, ""]:
-        return jnp.mean(self._gamma(position, count))
+    def reported_scale(self, hyper: tuple) -> Array:
+        return jnp.mean(hyper[0])
 
     def proposal(
         self,
-        key: PRNGKeyArray,
+        jitter: Float[Array, " k"],
+        u: Float[Array, " 2"],
         position: Float[Array, " dim"],
         ensemble: Float[Array, "chains dim"],
         start: int,
         size: int,
-        count: Int[Array, ""],
+        hyper: tuple,
     ) -> tuple[Float[Array, " dim"], Float[Array, ""]]:
-        key_jk, key_eps = jax.random.split(key)
-        u_j, u_k = jax.random.uniform(key_jk, (2,), jnp.float32)
-        j = _index_below(u_j, size)
+        gamma, sigma = hyper
+        j = _index_below(u[0], size)
         # k uniform over the other size - 1 walkers of the half: an offset in [1, size).
-        k = (j + 1 + _index_below(u_k, size - 1)) % size
+        k = (j + 1 + _index_below(u[1], size - 1)) % size
         difference = ensemble[start + j] - ensemble[start + k]
-        sigma = resolve(self.sigma, count).astype(position.dtype)
-        eps = sigma * jax.random.normal(key_eps, position.shape, position.dtype)
-        proposed = position + self._gamma(position, count) * difference + eps
+        eps = enn.rounded(sigma * _threefry.normals(jitter))
+        # (enn.rounded: no fused multiply-add, whose use depends on the batch width.)
+        proposed = position + enn.rounded(gamma * difference) + eps
         return proposed, jnp.zeros((), position.dtype)

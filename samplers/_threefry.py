@@ -1,0 +1,63 @@
+"""Per-walker uniforms from one Threefry-2x32 hash, unrolled.
+
+`jax.random` lowers Threefry on CPU as a rolled loop of five iterations, whose fixed cost
+per iteration dominates when a step needs a few numbers for each of a few hundred chains.
+Written out as straight-line integer arithmetic the same hash fuses into one kernel. The
+stream is this module's own (counters `0, 1, ...` under the walker's key), not
+`jax.random.uniform`'s: what matters is that each walker's numbers depend only on its key,
+never on the batch it is computed in (integer arithmetic is exact).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray, UInt32
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def _rotate_left(x: UInt32[Array, "..."], r: int) -> UInt32[Array, "..."]:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def threefry2x32(
+    key: UInt32[Array, " 2"], x0: UInt32[Array, " n"], x1: UInt32[Array, " n"]
+) -> tuple[UInt32[Array, " n"], UInt32[Array, " n"]]:
+    """The Threefry-2x32 block cipher (20 rounds; Salmon et al. 2011) of `(x0, x1)`."""
+    k0, k1 = key[0], key[1]
+    schedule = (k0, k1, k0 ^ k1 ^ _PARITY)
+    x0, x1 = x0 + k0, x1 + k1
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = _rotate_left(x1, r) ^ x0
+        x0 = x0 + schedule[(i + 1) % 3]
+        x1 = x1 + schedule[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def uniforms(key: PRNGKeyArray, n: int, dtype: jnp.dtype = jnp.float32) -> Float[Array, " n"]:
+    """`n` uniforms in `[0, 1)` from one key (float32 resolution, 2^-23).
+
+    Example:
+        >>> import jax, samplers._threefry as tf
+        >>> u = tf.uniforms(jax.random.key(0), 3)
+        >>> u.shape, bool(((u >= 0) & (u < 1)).all())
+        ((3,), True)
+    """
+    data = jax.random.key_data(key).astype(jnp.uint32).reshape(-1)[-2:]
+    pairs = -(-n // 2)
+    counter = jnp.arange(pairs, dtype=jnp.uint32)
+    a, b = threefry2x32(data, counter, jnp.zeros_like(counter))
+    bits = jnp.concatenate([a, b])[:n]
+    # The top 23 bits as the mantissa of a float in [1, 2).
+    mantissa = (bits >> np.uint32(9)) | np.uint32(0x3F800000)
+    return (jax.lax.bitcast_convert_type(mantissa, jnp.float32) - 1.0).astype(dtype)
+
+
+def normals(u: Float[Array, " n"]) -> Float[Array, " n"]:
+    """Standard normals from uniforms of `uniforms` (the inverse CDF, at the midpoint of
+    each 2^-23 cell, so never at 0 or 1)."""
+    middle = u + jnp.asarray(2.0**-24, u.dtype)
+    return jnp.asarray(np.sqrt(2.0), u.dtype) * jax.lax.erf_inv(2 * middle - 1)

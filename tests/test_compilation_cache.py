@@ -1,0 +1,60 @@
+"""`samplers.enable_compilation_cache`: a second fresh process loads what the first compiled."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+
+import samplers
+
+PROGRAM = Path(__file__).parent / "programs" / "cached_run.py"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fresh_process(cache: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, str(PROGRAM), str(cache)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_hits_the_cache(tmp_path):
+    """The first process compiles and writes entries (misses, no hits); the second, with
+    the same programs, finds every one of them (hits, no misses) and writes nothing new."""
+    cache = tmp_path / "jax"
+    first = _fresh_process(cache)
+    files = sorted(p.name for p in cache.iterdir())
+    assert first["misses"] > 0 and first["hits"] == 0 and files
+    second = _fresh_process(cache)
+    assert second["hits"] >= first["misses"] and second["misses"] == 0, (first, second)
+    assert sorted(p.name for p in cache.iterdir()) == files
+
+
+def test_default_folder_and_options(tmp_path, monkeypatch):
+    """The default folder follows XDG_CACHE_HOME; the options are set, and restored here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert samplers.default_cache_dir() == tmp_path / "ensemblenn" / "jax"
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
+    before = {n: getattr(jax.config, n) for n in names}
+    try:
+        path = samplers.enable_compilation_cache()
+        assert path == tmp_path / "ensemblenn" / "jax" and path.is_dir()
+        assert jax.config.jax_compilation_cache_dir == str(path)
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+        assert jax.config.jax_persistent_cache_min_entry_size_bytes == 0
+    finally:
+        for n, v in before.items():
+            jax.config.update(n, v)
