@@ -14,7 +14,7 @@ from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles
 from . import targets
 from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
 from .checkpoint import CheckpointError, CheckpointMismatchError
-from .driver import ChainMoments, Diagnostics, Result, run
+from .driver import ChainMoments, ConvergenceWarning, Diagnostics, Result, Verdict, run
 from .kernels import (
     GHMC,
     HMC,
@@ -60,6 +60,8 @@ __all__ = [
     "Result",
     "Diagnostics",
     "ChainMoments",
+    "Verdict",
+    "ConvergenceWarning",
     # writing kernels
     "Sampler",
     "State",

@@ -71,6 +71,8 @@ class SGHMCState(SGLDState):
 class _StochasticGradient(Sampler):
     """Shared pieces: minibatch drawing and the gradient estimate."""
 
+    adjusted = False  # no Metropolis correction: acceptance is 1 (0 if non-finite)
+
     def batch_indices(self, key: PRNGKeyArray) -> Int[Array, " batch_size"]:
         """This chain's minibatch: `batch_size` indices into the data.
 
