@@ -41,35 +41,41 @@ class Progress:
     def __init__(self, total: int, *, enabled: bool, file: Any = None):
         self.bar = None
         self.timings: dict[str, float] = {}
+        self._enabled, self._total, self._file = enabled, total, file
         self._current = ""
         self._steps = 0
         self._seconds = 0.0
         self._acceptance: float | None = None
-        if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, unit="step", desc="ensemble", leave=True, file=file,
-                            bar_format=_FORMAT)  # fmt: skip
 
     @property
     def enabled(self) -> bool:
-        return self.bar is not None
+        return self._enabled
 
-    def _show(self) -> None:
+    def _open(self, initial: int = 0) -> None:
+        # Opened at the first thing to show, so that a resumed run starts at its step.
+        if self.bar is None and self._enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self._total, initial=initial, unit="step", desc="ensemble",
+                            leave=True, file=self._file, bar_format=_FORMAT)  # fmt: skip
+
+    def _show(self, pending: int = 0) -> None:
+        """Set the postfix; with `pending` steps about to be added, let `update` draw it."""
+        self._open()
         if self.bar is None:
             return
         fields = {"phase": self._current}
         if self._steps:
             rate = self._steps / max(self._seconds, 1e-9)
             fields["rate"] = f"{rate:.1f} steps/s"
-            left = self.bar.total - self.bar.n
+            left = self.bar.total - self.bar.n - pending
             if left > 0:
                 fields["eta"] = f"{left / max(rate, 1e-9):.0f}s"
         if self._acceptance is not None:
             fields["acc"] = f"{self._acceptance:.3f}"
         for name, seconds in self.timings.items():
             fields[name] = f"{seconds:.1f}s"
-        self.bar.set_postfix(fields, refresh=True)
+        self.bar.set_postfix(fields, refresh=not pending)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[list]:
@@ -79,7 +85,7 @@ class Progress:
         for before the time is taken (JAX dispatches asynchronously).
         """
         produced: list = []
-        if self.bar is None:
+        if not self._enabled:
             yield produced
             return
         self._current = name + "..."
@@ -92,21 +98,21 @@ class Progress:
 
     def start_at(self, step: int) -> None:
         """Continue from `step` (a resumed run), without counting those steps in the rate."""
-        if self.bar is None or not step:
+        if not self._enabled:
             return
-        self.bar.n = self.bar.last_print_n = step
+        self._open(initial=step)
         self._show()
 
     def advance(self, steps: int, acceptance: Any, seconds: float, phase: str) -> None:
         """`steps` more steps, run in `seconds` (measured after the results were ready)."""
-        if self.bar is None:
+        if not self._enabled:
             return
         self._steps += steps
         self._seconds += seconds
         self._acceptance = float(acceptance)
         self._current = phase
+        self._show(pending=steps)
         self.bar.update(steps)
-        self._show()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -80,7 +80,7 @@ class Verdict(NamedTuple):
         >>> v.converged, [r.criterion for r in v.reasons]
         (False, ['rhat', 'ess'])
         >>> print(v.line)
-        NOT CONVERGED: max R-hat 1.300 >= 1.01; min ESS 35 < 400
+        NOT CONVERGED: max R-hat 1.3000 >= 1.01; min ESS 35 < 400
     """
 
     converged: bool
@@ -102,14 +102,19 @@ class Verdict(NamedTuple):
         return "\n".join(self.lines())
 
 
-def _extreme(values: Any, pick: Any) -> float:
-    leaves = [np.asarray(v, dtype=np.float64).ravel() for v in jax.tree.leaves(values)]
+def _extreme(values: Any, pick: Any) -> np.floating:
+    """The max or min over every leaf, in the leaves' own precision (NaN if any is NaN)."""
+    leaves = [np.ravel(np.asarray(v)) for v in jax.tree.leaves(values)]
     flat = np.concatenate(leaves) if leaves else np.zeros(0)
-    if not flat.size:
-        return float("nan")
-    if np.isnan(flat).any():
-        return float("nan")  # a NaN R-hat or ESS is a failure, not something to skip
-    return float(pick(flat))
+    if not flat.size or np.isnan(flat).any():
+        return np.float64("nan")  # a NaN R-hat or ESS is a failure, not something to skip
+    flat = flat if flat.dtype.kind == "f" else flat.astype(np.float64)
+    return pick(flat)
+
+
+def _below(value: np.floating, threshold: float) -> bool:
+    # In the value's precision: a float32 R-hat printed as 1.0100 must not pass `< 1.01`.
+    return bool(value < np.asarray(threshold, dtype=np.asarray(value).dtype))
 
 
 def judge(
@@ -137,29 +142,28 @@ def judge(
     Example:
         >>> from samplers.driver._verdict import judge
         >>> judge(rhat=[1.001], ess=[2000.0], acceptance=0.8, num_divergent=0).line
-        'CONVERGED (max R-hat 1.001 < 1.01, min ESS 2000 >= 400, 0 divergent, acceptance 0.800)'
+        'CONVERGED (max R-hat 1.0010 < 1.01, min ESS 2000 >= 400, 0 divergent, acceptance 0.800)'
         >>> print(judge(rhat=[1.001], ess=[2000.0], acceptance=0.0, num_divergent=12))
         NOT CONVERGED: 12 divergent transitions; acceptance 0.000 < 0.05
           - 12 divergent transitions: smaller step size (or an adaptation, which tunes it)
           - acceptance 0.000 < 0.05: smaller step size (or an adaptation, which tunes it)
     """
     name = "nested R-hat" if nested else "R-hat"
-    max_rhat = _extreme(rhat, np.max)
-    min_ess = _extreme(ess, np.min)
+    max_rhat, min_ess = _extreme(rhat, np.max), _extreme(ess, np.min)
     acceptance, num_divergent = float(acceptance), int(num_divergent)
     tune = "smaller step size (or an adaptation, which tunes it)"
     reasons = []
-    if not max_rhat < RHAT_MAX:  # NaN fails too
+    if not _below(max_rhat, RHAT_MAX):  # NaN fails too
         reasons.append(
             Reason(
                 "rhat",
                 max_rhat,
-                f"max {name} {max_rhat:.3f} >= {RHAT_MAX}",
+                f"max {name} {max_rhat:.4f} >= {RHAT_MAX}",
                 "the chains have not forgotten their start: longer warmup or an adaptation"
                 + ("" if nested else " (with many short chains, use superchains)"),
             )
         )
-    if not min_ess >= ESS_MIN:
+    if _below(min_ess, ESS_MIN) or np.isnan(min_ess):
         reasons.append(
             Reason(
                 "ess",
@@ -189,7 +193,7 @@ def judge(
         )
     accepted = f", acceptance {acceptance:.3f}" if adjusted else ""
     checked = (
-        f"max {name} {max_rhat:.3f} < {RHAT_MAX}, min ESS {min_ess:.0f} >= {ESS_MIN:.0f}, "
+        f"max {name} {max_rhat:.4f} < {RHAT_MAX}, min ESS {min_ess:.0f} >= {ESS_MIN:.0f}, "
         f"{num_divergent} divergent{accepted}"
     )
     return Verdict(not reasons, tuple(reasons), checked)
