@@ -5,8 +5,12 @@ Example:
     >>> step = enn.ensemble_map(lambda x: x - enn.chain_mean(x), in_roles=enn.PER_CHAIN)
     >>> step(jnp.arange(4.0)).tolist()
     [-1.5, -0.5, 0.5, 1.5]
+
+Several processes: `enn.distributed` places process-local chains and typed keys as global
+arrays, and `enn.chain_keys(key, n, mesh=mesh)` gives the keys laid out over the mesh.
 """
 
+from . import distributed
 from ._batch_invariant import batch_invariant
 from ._closures import shard_map_captures
 from ._collectives import (
@@ -24,15 +28,17 @@ from ._errors import (
     ClosureError,
     CollectiveError,
     EnsembleError,
+    EnsembleTypeError,
     MeshError,
     OutputRoleError,
     RoleError,
 )
-from ._mesh import default_mesh
+from ._mesh import default_mesh, resolve_mesh
 from ._partition import combine, partition
 from ._per_chain_value import PerChainValue
 from ._random import chain_keys
 from ._roles import BROADCAST, PER_CHAIN, Role, broadcast, per_chain, role_of
+from ._weak_type import weakly_typed
 
 __all__ = [
     "BROADCAST",
@@ -41,6 +47,7 @@ __all__ = [
     "ClosureError",
     "CollectiveError",
     "EnsembleError",
+    "EnsembleTypeError",
     "EnsembleMapped",
     "MeshError",
     "OutputRoleError",
@@ -56,14 +63,17 @@ __all__ = [
     "chain_sum",
     "combine",
     "default_mesh",
+    "distributed",
     "ensemble_map",
     "num_chains",
     "ordered_sum",
     "partition",
     "per_chain",
+    "resolve_mesh",
     "role_of",
     "rounded",
     "shard_map_captures",
+    "weakly_typed",
 ]
 
 __version__ = "0.1.0"

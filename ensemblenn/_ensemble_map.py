@@ -1,7 +1,6 @@
 """`ensemble_map`: run a function written for one chain across a sharded ensemble."""
 
 import collections
-import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -94,7 +93,13 @@ class _OutInfo(NamedTuple):
 
 
 class _Plan(NamedTuple):
-    """Everything static about one call; the jit cache key."""
+    """Everything static about one call, and all the trace reads about it: the jit cache key.
+
+    `captures` names each lifted operand by its position in `reachable_arrays` walk order
+    of the static tree (None: not reachable, e.g. made while tracing), a token that is the
+    same on every call with the same structure, so new captured arrays of the same shapes
+    reuse the compiled program while the trace can still find which objects they replace.
+    """
 
     static: _Static
     in_per_chain: tuple[bool, ...]
@@ -104,6 +109,8 @@ class _Plan(NamedTuple):
     num_chains: int
     block_size: int | None
     out: _OutInfo
+    out_roles: _Static
+    captures: tuple[int | None, ...]
 
 
 def _split_by_role(leaves: list, per_chain: tuple[bool, ...]) -> tuple[list, list]:
@@ -171,14 +178,13 @@ class _Trace:
 
 
 def _declared_output_roles(out: Any, out_roles: Any) -> list[LeafInfo]:
-    try:
-        return resolve_roles(out, in_roles=out_roles, root="output", default=None)
-    except EnsembleError as err:
-        raise type(err)(str(err).replace("in_roles", "out_roles")) from None
+    return resolve_roles(
+        out, in_roles=out_roles, root="output", default=None, roles_name="out_roles"
+    )
 
 
 def _run_body(
-    plan: _Plan, trace: _Trace, in_leaves: list, lifted: list, lifted_ids: list[int]
+    plan: _Plan, trace: _Trace, in_leaves: list, lifted: list, lifted_ids: list[int | None]
 ) -> tuple[list, list]:
     """One device's work: vmap the per-chain function over the local chains."""
     frame = EnsembleFrame(
@@ -192,7 +198,7 @@ def _run_body(
     pcs, bcs = _split_by_role(in_leaves, plan.in_per_chain)
 
     def per_chain(pc_leaves: list, bc_leaves: list, lifted_vals: list) -> list:
-        table = dict(zip(lifted_ids, lifted_vals))
+        table = {i: v for i, v in zip(lifted_ids, lifted_vals) if i is not None}
         return trace.call(_merge_by_role(pc_leaves, bc_leaves, plan.in_per_chain), table)
 
     with entered(frame):
@@ -214,11 +220,6 @@ def _run_body(
     return pc_out, bc_out
 
 
-# What a trace needs about the current call but must not key the jit cache on: the ids of
-# the captured arrays (new objects each call) and out_roles (may hold unhashable modules).
-_CALL: contextvars.ContextVar[tuple[Any, tuple[int, ...]]] = contextvars.ContextVar("_CALL")
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
     in_specs = (
@@ -229,11 +230,13 @@ def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
         [P(plan.mesh_axis) for pc in plan.out.per_chain if pc],
         [P() for pc in plan.out.per_chain if not pc],
     )
-    out_roles, lifted_ids = _CALL.get()
+    static_tree = plan.static.tree()
+    reachable = list(reachable_arrays(static_tree))
+    lifted_ids = [None if slot is None else reachable[slot] for slot in plan.captures]
 
     def body(leaves: list, lifted_vals: list) -> tuple[list, list]:
-        trace = _Trace(plan.static.tree(), out_roles, plan.local_axis)
-        return _run_body(plan, trace, leaves, lifted_vals, list(lifted_ids))
+        trace = _Trace(static_tree, plan.out_roles.tree(), plan.local_axis)
+        return _run_body(plan, trace, leaves, lifted_vals, lifted_ids)
 
     mapped = jax.shard_map(
         body,
@@ -316,6 +319,7 @@ class EnsembleMapped:
             (self.fn, args, kwargs), eqx.is_array, inverse=True, replace=_ARRAY
         )
         static = _Static(static_tree)
+        out_roles = _Static(self.out_roles)
 
         block_size = resolve_block_size(self.block_size, n)
         frame = EnsembleFrame(self.local_axis, self.axis, n, num_local, devices, block_size)
@@ -325,7 +329,7 @@ class EnsembleMapped:
             mesh,
             self.axis,
             n,
-            _Static(self.out_roles),
+            out_roles,
             block_size,
             tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves),
         )
@@ -348,8 +352,19 @@ class EnsembleMapped:
             raise ClosureError(_closure_message(self.fn, captured))
         lifted = [place(c, mesh, P(), reuse=True) for c in captured]
 
-        plan = _Plan(static, in_per_chain, mesh, self.axis, self.local_axis, n, block_size, info)
-        token = _CALL.set((self.out_roles, tuple(id(c) for c in captured)))
+        slot_of = {i: slot for slot, i in enumerate(reachable)}
+        plan = _Plan(
+            static,
+            in_per_chain,
+            mesh,
+            self.axis,
+            self.local_axis,
+            n,
+            block_size,
+            info,
+            out_roles,
+            tuple(slot_of.get(id(c)) for c in captured),
+        )
         try:
             pc_out, bc_out = _execute(plan, leaves, lifted)
         except NotImplementedError as err:
@@ -362,8 +377,6 @@ class EnsembleMapped:
                 f"Explicit mesh.\n  JAX said: {str(err).splitlines()[0]}\n  fix: pass the "
                 "array as an argument (or a module field with a role) instead of capturing it."
             ) from None
-        finally:
-            _CALL.reset(token)
         out_leaves = _merge_by_role(pc_out, bc_out, info.per_chain)
         it = iter(out_leaves)
         full = [next(it) if s is _ARRAY else s for s in info.static_leaves.tree()]

@@ -20,6 +20,20 @@ class EnsembleError(ValueError):
     """
 
 
+class EnsembleTypeError(EnsembleError, TypeError):
+    """An argument of the wrong type: an `EnsembleError` that is also a `TypeError`, so
+    either `except` catches it.
+
+    Example:
+        >>> import ensemblenn as enn
+        >>> try:
+        ...     enn.chain_keys(0, 4)
+        ... except TypeError as err:
+        ...     print(type(err).__name__, isinstance(err, enn.EnsembleError))
+        EnsembleTypeError True
+    """
+
+
 class RoleError(EnsembleError):
     """A partition role is invalid, or is attached to something that cannot carry it.
 

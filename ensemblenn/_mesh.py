@@ -37,11 +37,20 @@ def _context_mesh() -> Any:
     return None if mesh is None or mesh.empty else mesh
 
 
-def resolve_mesh(mesh: Any, axis: str) -> Any:
-    """The mesh to use: the given one, else the `jax.set_mesh` one, else `default_mesh`.
+def resolve_mesh(mesh: Any = None, axis: str = "chains") -> Any:
+    """The mesh an ensemble runs on: `mesh` if given, else the one set with `jax.set_mesh`
+    (or the abstract mesh inside `jax.jit`), else `default_mesh(axis)`.
 
     Raises:
-        MeshError: the mesh has no axis named `axis`.
+        MeshError: `mesh` is not a mesh, or it has no axis named `axis`.
+
+    Example:
+        >>> import jax, ensemblenn as enn
+        >>> enn.resolve_mesh() is enn.default_mesh()
+        True
+        >>> mine = jax.make_mesh((2,), ("walkers",), devices=jax.devices()[:2])
+        >>> enn.resolve_mesh(mine, "walkers") is mine
+        True
     """
     if mesh is None:
         mesh = _context_mesh() or default_mesh(axis)

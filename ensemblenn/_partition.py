@@ -58,19 +58,19 @@ def _is_scalar_constant(x: Any) -> bool:
     return isinstance(x, (bool, int, float, complex, str, bytes))
 
 
-def _check_role_value(role: Any, path: str) -> None:
+def _check_role_value(role: Any, path: str, name: str = "in_roles") -> None:
     if isinstance(role, P):
         raise RoleError(
-            f"in_roles at {path} is {role}, a PartitionSpec; in_roles takes roles, and "
+            f"{name} at {path} is {role}, a PartitionSpec; {name} takes roles, and "
             "ensemblenn derives the specs from them.\n  fix: enn.PER_CHAIN for P(axis), "
             "enn.BROADCAST for P()."
         )
     if role is not None and not isinstance(role, Role):
         raise RoleError(
-            f"in_roles at {path} is {role!r} (a {type(role).__name__}); each entry must be "
+            f"{name} at {path} is {role!r} (a {type(role).__name__}); each entry must be "
             "enn.PER_CHAIN, enn.BROADCAST, None (use the field metadata) or a container of "
             "those matching the argument's structure.\n"
-            "  fix: in_roles=(enn.PER_CHAIN, enn.BROADCAST)"
+            f"  fix: {name}=(enn.PER_CHAIN, enn.BROADCAST)"
         )
 
 
@@ -81,8 +81,11 @@ def resolve_roles(
     strict: bool = False,
     root: str = "",
     default: Role | None = BROADCAST,
+    roles_name: str = "in_roles",
 ) -> list[LeafInfo]:
     """The array leaves of `tree` in flattening order, each with its path and role.
+
+    `roles_name` is what error messages call `in_roles` (`"out_roles"` for outputs).
 
     Raises:
         RoleError: an invalid `in_roles` entry or structure, a per-chain role placed
@@ -93,14 +96,14 @@ def resolve_roles(
     leaves, treedef = jax.tree.flatten(tree)
     kinds = tuple(2 if eqx.is_array(x) else 1 if _is_scalar_constant(x) else 0 for x in leaves)
     try:
-        key = (treedef, kinds, in_roles, strict, root, default)
+        key = (treedef, kinds, in_roles, strict, root, default, roles_name)
         cached = _RESOLVED.get(key)
     except (TypeError, ValueError):  # unhashable in_roles (a list) or static field
         key, cached = None, None
     if cached is not None:
         arrays = [x for x, kind in zip(leaves, kinds) if kind == 2]
         return [LeafInfo(path, x, role) for (path, role), x in zip(cached, arrays)]
-    out = _walk_roles(tree, in_roles, strict, root, default)
+    out = _walk_roles(tree, in_roles, strict, root, default, roles_name)
     if key is not None and len(out) == kinds.count(2):
         _RESOLVED[key] = [(i.path, i.role) for i in out]
         if len(_RESOLVED) > _MAX_RESOLVED:
@@ -113,9 +116,10 @@ _MAX_RESOLVED = 1024
 
 
 def _walk_roles(
-    tree: PyTree, in_roles: Any, strict: bool, root: str, default: Role | None
+    tree: PyTree, in_roles: Any, strict: bool, root: str, default: Role | None, name: str
 ) -> list[LeafInfo]:
     out: list[LeafInfo] = []
+    noun, one = ("output", "output") if name == "out_roles" else ("arguments", "argument")
 
     def walk(
         node: Any,
@@ -129,15 +133,16 @@ def _walk_roles(
             # Descend the in_roles prefix alongside the tree.
             pkids, ptreedef = _children(roles_prefix)
             if len(pkids) == 1 and pkids[0][1] is roles_prefix:
-                _check_role_value(roles_prefix, path or "the top level")
+                _check_role_value(roles_prefix, path or "the top level", name)
             kids, treedef = _children(node)
             if treedef != ptreedef:
                 raise RoleError(
-                    f"in_roles does not match the arguments at {path or 'the top level'}: the "
-                    f"argument is {treedef_summary(treedef)} but in_roles is "
-                    f"{treedef_summary(ptreedef)}.\n  fix: give in_roles the same structure "
-                    "as the arguments down to where a role applies, or a single role for a "
-                    "whole subtree (e.g. in_roles=(enn.PER_CHAIN, None))."
+                    f"{name} does not match the {noun} at {path or 'the top level'}: the "
+                    f"{one} is "
+                    f"{treedef_summary(treedef)} but {name} is "
+                    f"{treedef_summary(ptreedef)}.\n  fix: give {name} the same structure "
+                    f"as the {noun} down to where a role applies, or a single role for a "
+                    f"whole subtree (e.g. {name}=(enn.PER_CHAIN, None))."
                 )
             fields = _field_roles(node)
             for (key, child), (_, pchild) in zip(kids, pkids, strict=True):
@@ -153,7 +158,7 @@ def _walk_roles(
                     raise RoleError(
                         f"{path or 'the argument'} is an array ({describe(node)}) with no role, "
                         "and strict mode requires one.\n  fix: declare the field with "
-                        "enn.per_chain() or enn.broadcast(), or pass in_roles."
+                        f"enn.per_chain() or enn.broadcast(), or pass {name}."
                     )
                 role = default
             out.append(LeafInfo(path, node, role))

@@ -1,10 +1,16 @@
 """Per-chain PRNG keys that depend on the global chain index only."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from jaxtyping import Array
 
-from ._errors import EnsembleError
+from ._errors import EnsembleError, EnsembleTypeError
+from ._mesh import resolve_mesh
+from .distributed import place
 
 
 def _check_key(key: Array) -> bool:
@@ -18,7 +24,8 @@ def _check_key(key: Array) -> bool:
         return True
     shape, dtype = jnp.shape(key), getattr(key, "dtype", None)
     if shape != (2,) or dtype != jnp.uint32:
-        raise EnsembleError(
+        wrong_type = dtype is None or dtype != jnp.uint32
+        raise (EnsembleTypeError if wrong_type else EnsembleError)(
             f"chain_keys expects a typed key (jax.random.key) or a raw uint32[2] key "
             f"(jax.random.PRNGKey), got {dtype}{list(shape)}.\n"
             "  fix: key = jax.random.key(0)"
@@ -26,13 +33,18 @@ def _check_key(key: Array) -> bool:
     return False
 
 
-def chain_keys(key: Array, num_chains: int) -> Array:
+def chain_keys(key: Array, num_chains: int, *, mesh: Any = None, axis: str = "chains") -> Array:
     """One PRNG key per chain: key `i` is `fold_in(key, i)`.
 
     Key `i` depends only on `key` and `i`, not on the device count or on how many chains
     there are, so adding chains or devices never changes an existing chain's randomness.
     Typed keys give a `key<impl>[num_chains]` array, raw `uint32[2]` keys give
     `uint32[num_chains, 2]` (chains on the leading axis, never transposed).
+
+    With several processes (`jax.distributed.initialize`) the keys come back as one global
+    array laid out over `axis` of `mesh` (resolved as `enn.resolve_mesh` does), which every
+    process can pass to `ensemble_map`; with one process they are returned as computed
+    (`ensemble_map` places them), whatever `mesh` is.
 
     Example:
         >>> import jax, ensemblenn as enn
@@ -47,4 +59,7 @@ def chain_keys(key: Array, num_chains: int) -> Array:
         raise EnsembleError(f"num_chains must be a positive int, got {num_chains!r}.")
     _check_key(key)
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    if jax.process_count() == 1 or isinstance(keys, jax.core.Tracer):
+        return keys
+    return place(keys, NamedSharding(resolve_mesh(mesh, axis), P(axis)))

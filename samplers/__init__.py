@@ -13,6 +13,7 @@ Example:
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import targets
 from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
+from ._errors import SamplerError, SamplerTypeError
 from .checkpoint import CheckpointError, CheckpointMismatchError
 from .driver import ChainMoments, ConvergenceWarning, Diagnostics, Result, Verdict, run
 from .kernels import (
@@ -31,6 +32,8 @@ from .kernels import (
     Info,
     Logdensity,
     MCLMCState,
+    NUTS,
+    NUTSInfo,
     RandomWalk,
     Sampler,
     SGHMCState,
@@ -78,6 +81,7 @@ __all__ = [
     "MALA",
     "HMC",
     "GHMC",
+    "NUTS",
     "MCLMC",
     "AdjustedMCLMC",
     "SGLD",
@@ -90,6 +94,7 @@ __all__ = [
     "AdjustedMCLMCState",
     "SGLDState",
     "SGHMCState",
+    "NUTSInfo",
     # ensemble adaptation
     "Adaptation",
     "EnsembleAdaptation",
@@ -98,6 +103,8 @@ __all__ = [
     "ChEES",
     "MEADS",
     # reliability
+    "SamplerError",
+    "SamplerTypeError",
     "CheckpointError",
     "CheckpointMismatchError",
     # submodules

@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{jax.device_count()} devices",
         flush=True,
     )
-    resumed_from = None
+    resumed_from, resumed_seconds = None, 0.0
     if args.resume and os.path.isfile(os.path.join(args.checkpoint, samplers.checkpoint.FILENAME)):
-        resumed_from = samplers.checkpoint.inspect(args.checkpoint)["step"]
+        header = samplers.checkpoint.inspect(args.checkpoint)
+        resumed_from, resumed_seconds = header["step"], header.get("wall_seconds", 0.0)
         print(f"resuming from the checkpoint at step {resumed_from}", flush=True)
     tick = time.perf_counter()
     try:
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     jax.block_until_ready(result.state.position)
-    seconds = time.perf_counter() - tick
+    seconds = time.perf_counter() - tick + resumed_seconds  # the whole run, across resumes
     result.summary()
     print(f"wall time {seconds:.1f} s")
     if args.out:

@@ -32,12 +32,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
-from ensemblenn import _jax_private
 
 __all__ = [
     "chain_keys",
@@ -46,6 +43,7 @@ __all__ = [
     "global_array",
     "initialize",
     "is_main_process",
+    "place",
     "shutdown",
 ]
 
@@ -70,21 +68,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-
-def _backends_started() -> bool:
-    return _jax_private.backends_started()
-
-
-def _pin_gloo_to(host: str) -> bool:
-    """Make the CPU client's gloo collectives listen on `host` instead of the machine's
-    hostname (which may resolve to a public interface). Private JAX API, so guarded: on
-    failure the default (hostname) is kept and False is returned."""
-    try:
-        _jax_private.pin_cpu_collectives_to(host)
-        return True
-    except Exception:  # noqa: BLE001 - only the pinning is lost
-        return False
 
 
 def initialize(
@@ -144,7 +127,7 @@ def initialize(
         )
     if collectives not in ("gloo", "mpi"):
         raise enn.EnsembleError(f"collectives must be 'gloo' or 'mpi', got {collectives!r}.")
-    if _backends_started():
+    if enn.distributed.backends_started():
         raise enn.EnsembleError(
             "samplers.distributed.initialize must run before any JAX computation in this "
             "process (a JAX backend has already started).\n  fix: call it at the top of the "
@@ -154,7 +137,7 @@ def initialize(
         jax.config.update("jax_num_cpu_devices", int(local_device_count))
     jax.config.update("jax_cpu_collectives_implementation", collectives)
     if collectives == "gloo" and _is_loopback(coordinator):
-        _pin_gloo_to(LOOPBACK)
+        enn.distributed.pin_cpu_collectives(LOOPBACK)
     bind = bind_address or coordinator
     jax.distributed.initialize(
         coordinator_address=f"{coordinator}:{port}",
@@ -213,18 +196,9 @@ def gather(tree: Any) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def _resolve_mesh(mesh: Any, axis: str) -> Any:
-    if mesh is not None:
-        return mesh
-    try:
-        context = jax.sharding.get_mesh()
-    except ValueError:
-        context = None
-    return context if context is not None and not context.empty else enn.default_mesh(axis)
-
-
 def global_array(local: Any, mesh: Any = None, axis: str = "chains") -> Array:
-    """One global per-chain array from each process's own block of chains.
+    """One global per-chain array from each process's own block of chains:
+    `enn.distributed.global_array`.
 
     Process `p` passes the chains it holds (its devices' share, in process order); the
     result has all of them along the leading axis, sharded over `axis`. Use it when chains
@@ -236,19 +210,13 @@ def global_array(local: Any, mesh: Any = None, axis: str = "chains") -> Array:
         >>> dist.global_array(np.zeros((8, 3), np.float32)).shape   # one process: all 8
         (8, 3)
     """
-    mesh = _resolve_mesh(mesh, axis)
-    sharding = NamedSharding(mesh, P(axis))
-    return jax.make_array_from_process_local_data(sharding, np.asarray(local))
+    return enn.distributed.global_array(local, mesh, axis)
 
 
 def chain_keys(
     key: PRNGKeyArray, num_chains: int, *, mesh: Any = None, axis: str = "chains"
 ) -> PRNGKeyArray:
-    """`enn.chain_keys`, as a global array when several processes share the mesh.
-
-    With one process it is exactly `enn.chain_keys`. With several, the keys are laid out
-    over `axis` of the mesh: `jax.device_put` refuses typed keys for shardings with other
-    processes' devices (numbers it accepts), so the key data is placed and re-wrapped.
+    """`enn.chain_keys`, which gives a global array when several processes share the mesh.
 
     Example:
         >>> import jax, ensemblenn as enn, samplers.distributed as dist
@@ -257,17 +225,17 @@ def chain_keys(
         ...       jax.random.key_data(enn.chain_keys(jax.random.key(0), 8))).all())
         True
     """
-    keys = enn.chain_keys(key, num_chains)
-    if jax.process_count() == 1 or isinstance(keys, jax.core.Tracer):
-        return keys
-    return place(keys, NamedSharding(_resolve_mesh(mesh, axis), P(axis)))
+    return enn.chain_keys(key, num_chains, mesh=mesh, axis=axis)
 
 
 def place(x: Any, sharding: Any) -> Any:
     """`jax.device_put(x, sharding)` for host data that is the same on every process, typed
-    PRNG keys included (`device_put` refuses those for shardings with other processes'
-    devices, so their key data is placed and re-wrapped)."""
-    if isinstance(x, jax.Array) and jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key):
-        data = jax.device_put(jax.random.key_data(x), sharding)
-        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-    return jax.device_put(x, sharding)
+    PRNG keys included: `enn.distributed.place`.
+
+    Example:
+        >>> import jax, ensemblenn as enn, samplers.distributed as dist
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> dist.place(jax.numpy.arange(4.0), NamedSharding(enn.resolve_mesh(), P())).shape
+        (4,)
+    """
+    return enn.distributed.place(x, sharding)

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -236,16 +237,16 @@ def test_corrupt_or_foreign_files_are_clear_errors(tmp_path, monkeypatch):
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    checkpoint._write_atomic(tmp_path / "f", b"{}", b"old payload")
+    checkpoint._storage.write_atomic(tmp_path / "f", b"old contents")
     old = (tmp_path / "f").read_bytes()
 
     def fail(path):
         assert path.exists() and path.name.startswith(".f.tmp-")
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "_mid_write_hook", fail)
+    monkeypatch.setattr(checkpoint._storage, "mid_write_hook", fail)
     with pytest.raises(OSError):
-        checkpoint._write_atomic(tmp_path / "f", b"{}", b"new payload, never complete")
+        checkpoint._storage.write_atomic(tmp_path / "f", b"new contents, never complete")
     assert (tmp_path / "f").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the temp file is gone
 
@@ -257,7 +258,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         if len(calls) == 2:
             raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "_mid_write_hook", fail_second)
+    monkeypatch.setattr(checkpoint._storage, "mid_write_hook", fail_second)
     sampler, target, positions, kwargs = make_run()
     with pytest.raises(checkpoint.CheckpointError, match="disk full"):
         samplers.run(
@@ -301,7 +302,8 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
     names = sorted(p.name for p in folder.iterdir())
-    assert names[0].startswith(".checkpoint.enn.tmp-") and names[1:] == ["checkpoint.enn"]
+    assert names[0].startswith(".checkpoint.enn.tmp-")
+    assert names[1:] == ["checkpoint.enn", "checkpoint.lock"]  # the killed run's lock
     assert checkpoint.inspect(folder)["step"] == RUN["checkpoint_every"]  # the previous one
 
     other = tmp_path / "ckpt2"
@@ -315,9 +317,11 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
     )
     try:
         sampler, target, positions, kwargs = make_run()
-        same = outcome(
-            samplers.run(sampler, target, positions, checkpoint_dir=folder, resume=True, **kwargs)
-        )
+        with pytest.warns(UserWarning, match="no longer running"):  # the stale lock
+            resumed = samplers.run(
+                sampler, target, positions, checkpoint_dir=folder, resume=True, **kwargs
+            )
+        same = outcome(resumed)
         _, err = two.communicate(timeout=240)
     finally:
         if two.poll() is None:
@@ -329,6 +333,7 @@ def test_sigkill_mid_write_then_resume_elsewhere(tmp_path, reference):
         np.testing.assert_array_equal(same[name], expected, err_msg=name)
         np.testing.assert_allclose(two[name], expected, rtol=1e-6, atol=1e-6, err_msg=name)
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # stale temp removed
+    assert not (folder / checkpoint.LOCKNAME).exists()  # the finished run gave it back
 
 
 @pytest.mark.slow
@@ -379,13 +384,217 @@ def test_cli_checkpoint_resume_plot_and_json(tmp_path):
         assert report["plot"] is None and "matplotlib" in report["plot_note"]
     assert checkpoint.inspect(ckpt)["step"] == 30
 
+    saved_seconds = checkpoint.inspect(ckpt)["wall_seconds"]
+    assert 0 < saved_seconds <= report["wall_seconds"]
     again = cli("--out", str(tmp_path / "out2"), "--resume")  # complete: loads, no steps
     assert again.returncode == 0, again.stderr
     assert "resuming from the checkpoint at step 30" in again.stdout
     resumed = json.loads((tmp_path / "out2" / "diagnostics.json").read_text())
     assert resumed["resumed_from_step"] == 30
+    assert resumed["wall_seconds"] >= saved_seconds  # the whole run's, not the resumed part
     for name in ("rhat", "nested_rhat", "ess", "bias_squared_max", "acceptance_rate"):
         assert resumed[name] == report[name], name
 
     clash = cli()  # no --resume, no --out (so no b² tracking): refuses to overwrite
     assert clash.returncode == 2 and "already holds a checkpoint" in clash.stderr
+
+
+def test_a_flipped_bit_in_the_header_is_caught(tmp_path, monkeypatch):
+    """The digest covers the header: a step of 10 turned into 11 is still valid JSON, and
+    resuming from it would silently skip a step and give a wrong result."""
+    interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
+    path = tmp_path / checkpoint.FILENAME
+    blob = bytearray(path.read_bytes())
+    at = blob.index(b'"step": 10') + len(b'"step": 1')
+    blob[at] ^= 0x01  # "0" -> "1"
+    path.write_bytes(bytes(blob))
+    header = checkpoint._format._header(bytes(blob), len(checkpoint._format.MAGIC) + 8)
+    assert header["step"] == 11  # the header alone still reads fine
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.inspect(tmp_path)
+    sampler, target, positions, kwargs = make_run()
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
+
+
+def _lock_held_by(folder, pid, host=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = {"pid": pid, "host": host or socket.gethostname(), "since": time.time()}
+    (folder / checkpoint.LOCKNAME).write_text(json.dumps(holder))
+
+
+def test_a_second_run_on_the_same_folder_is_refused_at_start(tmp_path):
+    """A real second process holds the folder: this run fails before any step, naming the
+    folder, the holder's PID and host, and the fix; once the holder is gone the lock is
+    stale and taken over with a warning."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from samplers.checkpoint._lock import RunLock; "
+            "lock = RunLock(sys.argv[1]); lock.acquire(); print('LOCKED', flush=True); "
+            "time.sleep(120)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "LOCKED"
+        sampler, target, positions, kwargs = make_run()
+        with pytest.raises(checkpoint.CheckpointError) as err:
+            samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, **kwargs)
+        message = str(err.value)
+        for part in (str(tmp_path), f"process {holder.pid}", socket.gethostname(), "fix:"):
+            assert part in message, part
+        assert not (tmp_path / checkpoint.FILENAME).exists()  # refused before any save
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # The holder died without giving the lock back: stale, taken over with a warning.
+    with pytest.warns(UserWarning, match=f"from process {holder.pid} .* no longer running"):
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, **kwargs)
+    assert not (tmp_path / checkpoint.LOCKNAME).exists()  # the finished run gave it back
+    assert checkpoint.inspect(tmp_path)["step"] == 50
+
+
+def test_lock_held_by_a_live_process_or_another_host_is_an_error(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock_held_by(tmp_path / "a", sleeper.pid)  # alive, on this host
+        with pytest.raises(checkpoint.CheckpointError, match="that process is running"):
+            checkpoint.Checkpointer(tmp_path / "a", every=None, resume=True, fingerprint={})
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    _lock_held_by(tmp_path / "b", 1, host="another-host.example")  # cannot be checked
+    with pytest.raises(checkpoint.CheckpointError, match="on another host") as err:
+        checkpoint.Checkpointer(tmp_path / "b", every=None, resume=True, fingerprint={})
+    assert "another-host.example" in str(err.value) and "delete" in str(err.value)
+    # An interrupted run of this process left its lock: the next run here takes it over.
+    _lock_held_by(tmp_path / "c", os.getpid())
+    store = checkpoint.Checkpointer(tmp_path / "c", every=None, resume=True, fingerprint={})
+    store.close()
+    assert not (tmp_path / "c" / checkpoint.LOCKNAME).exists()
+
+
+def test_wall_seconds_add_up_across_resumes(tmp_path, monkeypatch):
+    """A resumed run's wall time includes the time of the run it continues."""
+    save = checkpoint.Checkpointer.save
+
+    def slow_save_then_stop(self, snapshot, total):
+        time.sleep(1.0)  # the first run takes at least a second before it saves
+        save(self, snapshot, total)
+        raise Interrupt
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", slow_save_then_stop)
+    sampler, target, positions, kwargs = make_run()
+    with pytest.raises(Interrupt):
+        samplers.run(
+            sampler, target, positions, checkpoint_dir=tmp_path, checkpoint_every=30, **kwargs
+        )
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+    first = checkpoint.inspect(tmp_path)["wall_seconds"]
+    assert first >= 1.0
+    tick = time.perf_counter()
+    samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
+    resumed_part = time.perf_counter() - tick
+    total = checkpoint.inspect(tmp_path)["wall_seconds"]
+    assert first < total <= first + resumed_part
+    assert total > resumed_part  # not only the resumed part
+
+
+class ScaleStep(samplers.Adaptation):
+    """A trivial adaptation with one setting (for the fingerprint's adaptation fields)."""
+
+    factor: float = 1.0
+
+    def run(self, sampler, logdensity, state, key):
+        return sampler, state, None
+
+
+def _base_config():
+    sampler, target, positions, kwargs = make_run()
+    return dict(
+        sampler=sampler,
+        adaptation=ScaleStep(1.0),
+        logdensity=target,
+        positions=positions,
+        key=kwargs["key"],
+        num_steps=RUN["num_steps"],
+        num_warmup=RUN["num_warmup"],
+        thin=RUN["thin"],
+        track_bias=True,
+        block_size="auto",
+    )
+
+
+# For every fingerprint field, a change of the run's configuration that only it records.
+CHANGES = {
+    "sampler": dict(sampler=samplers.RandomWalk(step_size=0.5)),
+    "adaptation": dict(adaptation=HalveStepSize()),
+    "target": dict(logdensity=samplers.targets.Banana()),
+    "num_chains": dict(positions=jnp.zeros((16, RUN["dim"]))),
+    "dim": dict(positions=jnp.zeros((RUN["num_chains"], RUN["dim"] + 1))),
+    "dtype": dict(positions=jnp.zeros((RUN["num_chains"], RUN["dim"]), jnp.bfloat16)),
+    "num_steps": dict(num_steps=RUN["num_steps"] + 1),
+    "num_warmup": dict(num_warmup=RUN["num_warmup"] + 1),
+    "thin": dict(thin=None),
+    "track_bias": dict(track_bias=False),
+    "block_size": dict(block_size=None),
+    "sampler_config": dict(sampler=samplers.MALA(step_size=0.4)),
+    "adaptation_config": dict(adaptation=ScaleStep(2.0)),
+    "target_config": dict(
+        logdensity=samplers.targets.IllConditionedGaussian(dim=RUN["dim"], condition_number=8.0)
+    ),
+    "initial_positions": "shifted",  # the same shape and dtype, other values
+    "key": dict(key=jax.random.key(12)),
+}
+HIDDEN = {
+    "sampler_config": "the sampler's hyperparameters differ",
+    "adaptation_config": "the adaptation's settings differ",
+    "target_config": "the target (its parameters or data) differ",
+    "initial_positions": "the initial positions differ",
+    "key": "the key differ",
+}
+
+
+def test_every_fingerprint_field_is_covered():
+    assert set(CHANGES) == set(checkpoint.fingerprint(**_base_config()))
+
+
+class Reached(Exception):
+    pass
+
+
+def _restore(folder, config):
+    def prepare():
+        raise Reached  # the fingerprint matched: restoring goes on to build its template
+
+    store = checkpoint.open_run(folder, None, True, traced=False, **config)
+    try:
+        return store.restore(prepare, jax.random.split(jax.random.key(0), 8))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES))
+def test_resume_with_any_fingerprint_field_changed_is_a_mismatch(tmp_path, field):
+    base = _base_config()
+    store = checkpoint.open_run(tmp_path, None, False, traced=False, **base)
+    store.save(
+        checkpoint.Snapshot(10, None, {"x": jnp.zeros((8, 3))}, None, jnp.zeros(8), None, None),
+        total=50,
+    )
+    with pytest.raises(Reached):  # the same configuration is no mismatch
+        _restore(tmp_path, base)
+    change = CHANGES[field]
+    if change == "shifted":
+        change = dict(positions=base["positions"] + 1.0)
+    with pytest.raises(checkpoint.CheckpointMismatchError) as err:
+        _restore(tmp_path, {**base, **change})
+    expected = HIDDEN.get(field, f"  {field}: ")
+    assert expected in str(err.value)

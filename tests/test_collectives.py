@@ -151,3 +151,22 @@ def test_uneven_blocks_gather_node_sums_not_every_chain():
     assert gathers, "expected the node sums to be all-gathered"
     # 24 = 16 + 8: two nodes per device at most here, so (4, 2, 1000) floats, not (96, 1000)
     assert all("96,1000" not in line for line in gathers), gathers
+
+
+@pytest.mark.parametrize("num_chains", [1, 3, 8, 13])
+def test_chain_keys_follow_the_documented_fold_in_recipe(num_chains):
+    key = jax.random.key(5)
+    keys = enn.chain_keys(key, num_chains)
+    for i in sorted({0, min(1, num_chains - 1), num_chains // 2, num_chains - 1}):
+        expected = jax.random.key_data(jax.random.fold_in(key, i))
+        np.testing.assert_array_equal(jax.random.key_data(keys[i]), expected, err_msg=str(i))
+    raw = enn.chain_keys(jax.random.PRNGKey(5), num_chains)
+    np.testing.assert_array_equal(
+        raw[-1], jax.random.fold_in(jax.random.PRNGKey(5), num_chains - 1)
+    )
+
+
+def test_chain_keys_on_a_mesh_with_one_process_are_the_plain_keys(mesh):
+    plain = enn.chain_keys(jax.random.key(2), 8)
+    on_mesh = enn.chain_keys(jax.random.key(2), 8, mesh=mesh, axis="chains")
+    np.testing.assert_array_equal(jax.random.key_data(on_mesh), jax.random.key_data(plain))

@@ -1,16 +1,21 @@
 """The documentation site: its code runs, every public name is documented, it builds strictly.
 
-* Every page under `docs/` with runnable ```` ```python ```` blocks is executed as one script
-  (blocks top to bottom, one namespace) in a fresh process, because the page must set the
-  device count before it imports jax; the pages set 4 simulated devices themselves and this
-  test checks they did. The runs go through `docs/hooks.py`, the same code the mkdocs build
-  hook uses, and write their pictures into `docs/generated/` (git-ignored), so a build in the
-  same session reuses them.
+* The pages' code is executed by markdown-exec during the build: every ```` ```python
+  exec="on" ```` block, in one `session` per page, its output rendered under it. This file
+  extracts the same blocks (markdown-exec's own rule: the `exec` option) and runs each page
+  as one script (blocks top to bottom, one namespace, as its session is) in a fresh process,
+  because the page must set the device count before it imports jax; the pages set 4
+  simulated devices themselves and this test checks they did.
 * Every public name of `ensemblenn` and `samplers` (its submodules included) has a docstring
   with an example and appears in an API page (`::: name` in `docs/api/*.md`).
-* `mkdocs build --strict` succeeds and the HTML shows the generated pictures (slow).
+* `mkdocs build --strict` succeeds (slow; or `ENSEMBLENN_DOCS_SITE=site` checks a built
+  site: `pytest tests/test_docs.py -k test_site_`); the built site shows every page's printed output
+  and pictures, references no external script, stylesheet or font host, and its internal
+  links and anchors all resolve.
 """
 
+import concurrent.futures
+import html.parser
 import importlib
 import importlib.util
 import inspect
@@ -19,6 +24,8 @@ import re
 import subprocess
 import sys
 import types
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,64 +35,114 @@ DOCS = ROOT / "docs"
 API = DOCS / "api"
 NUM_DEVICES = 4
 
-
-def _load_hooks() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("_ensemblenn_docs_hooks", DOCS / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = _load_hooks()
-PAGES = hooks.executable_pages()
-PAGE_IDS = [str(p.relative_to(DOCS)) for p in PAGES]
-
 # Public names whose docstring has no example yet: each is reported as an expected failure
 # (xfail) until its owner adds one, then must be removed from here. Empty: every public name
 # has an example. `test_pending_examples_are_public_names` keeps the list honest.
 EXAMPLES_PENDING: frozenset[str] = frozenset()
 
 
-# --- the block parser shared with the build hook -------------------------------------------
+# --- the pages' blocks, as markdown-exec sees them -----------------------------------------
+
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
+_OPTION = re.compile(r'(?P<key>[\w-]+)="(?P<value>[^"]*)"')
+_TRUE = ("1", "true", "yes", "on")  # markdown-exec's truthy values for `exec`
 
 
-def test_blocks_and_markers():
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page: language, first code line (1-based), code, options."""
+
+    language: str
+    line: int
+    code: str
+    options: dict
+
+    @property
+    def run(self) -> bool:
+        return self.language in ("python", "py") and self.options.get("exec", "") in _TRUE
+
+
+def blocks(text: str) -> list[Block]:
+    """The fenced code blocks of a Markdown text, in order."""
+    lines = text.splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, fence = len(match["indent"]), match["fence"]
+        info = match["info"].strip()
+        language = re.split(r"[\s{]", info, maxsplit=1)[0].lstrip(".").lower() if info else ""
+        options = {m["key"]: m["value"].lower() for m in _OPTION.finditer(info)}
+        start = j = i + 1
+        closing = re.compile(rf"^ {{0,{indent + 3}}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
+        while j < len(lines) and not closing.match(lines[j]):
+            j += 1
+        code = "\n".join(
+            line[indent:] if line[:indent].strip() == "" else line for line in lines[start:j]
+        )
+        found.append(Block(language, start + 1, code, options))
+        i = j + 1
+    return found
+
+
+def script(text: str) -> str:
+    """The page's executed code as one script whose line numbers are the page's."""
+    lines = [""] * len(text.splitlines())
+    for block in blocks(text):
+        if block.run:
+            for k, line in enumerate(block.code.splitlines()):
+                lines[block.line - 1 + k] = line
+    return "\n".join(lines) + "\n"
+
+
+def _executable_pages() -> list[Path]:
+    return [
+        p
+        for p in sorted(DOCS.rglob("*.md"))
+        if any(b.run for b in blocks(p.read_text(encoding="utf-8")))
+    ]
+
+
+PAGES = _executable_pages()
+PAGE_IDS = [str(p.relative_to(DOCS)) for p in PAGES]
+
+
+def test_blocks_and_options():
     text = "\n".join(
         [
             "# Title",  # 1
-            "```python",  # 2
+            '```python exec="on" source="above" session="t"',  # 2
             "x = 1",  # 3
             "```",  # 4
-            "<!-- no-run -->",  # 5
-            "",  # 6
-            "```python",  # 7
-            "raise SystemExit('launcher')",  # 8
-            "```",  # 9
-            "```bash",  # 10
-            "echo not python",  # 11
-            "```",  # 12
-            "```py",  # 13
-            "y = x + 1",  # 14
-            "```",  # 15
-            "![a plot](../generated/a.png) and ![b](generated/b.png)",
+            "```python",  # 5: shown, never run (a launcher)
+            "raise SystemExit('launcher')",  # 6
+            "```",  # 7
+            "```bash",  # 8
+            "echo not python",  # 9
+            "```",  # 10
+            '```py exec="1" session="t"',  # 11
+            "y = x + 1",  # 12
+            "```",  # 13
         ]
     )
-    found = hooks.blocks(text)
+    found = blocks(text)
     assert [(b.language, b.line, b.run) for b in found] == [
         ("python", 3, True),
-        ("python", 8, False),
-        ("bash", 11, False),
-        ("py", 14, True),
+        ("python", 6, False),
+        ("bash", 9, False),
+        ("py", 12, True),
     ]
-    lines = hooks.script(text).splitlines()
-    assert lines[2] == "x = 1" and lines[13] == "y = x + 1"  # page line numbers are kept
-    assert "SystemExit" not in hooks.script(text) and "echo" not in hooks.script(text)
-    assert hooks.images(text) == ["a.png", "b.png"]
+    lines = script(text).splitlines()
+    assert lines[2] == "x = 1" and lines[11] == "y = x + 1"  # page line numbers are kept
+    assert "SystemExit" not in script(text) and "echo" not in script(text)
 
 
 def test_every_tutorial_is_executed():
     expected = {
+        "index.md",
         "getting-started/quickstart.md",
         "tutorials/partition-roles.md",
         "tutorials/subclassing.md",
@@ -98,10 +155,82 @@ def test_every_tutorial_is_executed():
     skipped = sum(
         1
         for page in DOCS.rglob("*.md")
-        for b in hooks.blocks(page.read_text())
-        if b.language == "python" and not b.run
+        for b in blocks(page.read_text())
+        if b.language in ("python", "py") and not b.run
     )
     assert skipped <= 2
+
+
+def test_one_session_per_page():
+    """The build runs a page's blocks in its session, this file as one script: the same
+    namespace only if every executed block of the page names the page's own session."""
+    seen: dict[str, str] = {}
+    for page, name in zip(PAGES, PAGE_IDS):
+        sessions = {b.options.get("session") for b in blocks(page.read_text()) if b.run}
+        assert len(sessions) == 1 and None not in sessions, f"{name}: sessions {sessions}"
+        (session,) = sessions
+        assert session not in seen, f"{name} and {seen[session]} share session {session!r}"
+        seen[session] = name
+
+
+def test_printed_outputs_are_shown():
+    """A block that prints renders its output as text (markdown-exec's default would read it
+    as Markdown), and shows its source above it unless it only draws a picture."""
+    for page, name in zip(PAGES, PAGE_IDS):
+        for b in blocks(page.read_text()):
+            if not b.run:
+                continue
+            if b.options.get("html") in _TRUE:
+                assert "data:image/png;base64" in b.code, f"{name}:{b.line}: html block"
+                continue
+            assert b.options.get("source") == "above", f"{name}:{b.line}: source not shown"
+            assert b.options.get("result") == "text", f"{name}:{b.line}: output not as text"
+
+
+# --- docs/hooks.py: library prints on the page, math as MathML -----------------------------
+
+
+def _load_hooks() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("_ensemblenn_docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hook_puts_library_prints_on_the_page():
+    """markdown-exec captures a block's own `print`; the hook adds what a library prints
+    (`result.summary()`) to the same output."""
+    markdown_exec = pytest.importorskip("markdown_exec")
+    import markdown
+
+    _load_hooks()._capture_stdout()
+    fence = {"name": "python", "class": "python"}
+    fence.update(validator=markdown_exec.validator, format=markdown_exec.formatter)
+    md = markdown.Markdown(
+        extensions=["pymdownx.superfences"],
+        extension_configs={"pymdownx.superfences": {"custom_fences": [fence]}},
+    )
+    page = md.convert(
+        '```python exec="on" source="above" result="text"\n'
+        "import sys\n"
+        "print('from the block')\n"
+        "sys.stdout.write('from a library\\n')\n"
+        "```\n"
+    )
+    assert "from the block" in page and "from a library" in page
+
+
+def test_hook_renders_math_as_mathml():
+    pytest.importorskip("latex2mathml")
+    hooks = _load_hooks()
+    page = hooks.on_page_content(
+        '<p>Inline <span class="arithmatex">\\(\\hat R &lt; 1.01\\)</span> and</p>\n'
+        '<div class="arithmatex">\\[\nb_i^2 = \\frac{1}{\\text{ESS}}\n\\]</div>'
+    )
+    assert "arithmatex" not in page and "\\(" not in page
+    assert page.count("<math") == 2 and 'display="block"' in page
+    assert "<mfrac>" in page
+    assert re.search(r"<mo>(&lt;|&#x0003C;)</mo>", page)  # the TeX's `<`, unescaped first
 
 
 # --- every page's code runs, on 4 simulated devices ----------------------------------------
@@ -112,38 +241,51 @@ _EPILOGUE = (
     f"assert _jax.device_count() == {NUM_DEVICES}, "
     "f'the page ran on {_jax.devices()}: set XLA_FLAGS in its first block'\n"
 )
+_RUNNER = (
+    "import sys\n"
+    "path = sys.argv[1]\n"
+    "source = sys.stdin.read()\n"
+    "exec(compile(source, path, 'exec'), {'__name__': '__main__', '__file__': path})\n"
+)
+
+
+def _page_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the page sets it
+    env.update(JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def _run_page(page: Path, cwd: Path) -> subprocess.CompletedProcess:
+    source = script(page.read_text(encoding="utf-8")) + _EPILOGUE
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", _RUNNER, str(page.relative_to(ROOT))],
+            input=source,
+            text=True,
+            capture_output=True,
+            cwd=cwd,
+            env=_page_environment(),
+            timeout=600,
+        )
+    except subprocess.TimeoutExpired as err:
+        return subprocess.CompletedProcess(err.cmd, -1, "", f"timed out after {err.timeout} s")
 
 
 @pytest.fixture(scope="module")
-def page_runs():
+def page_runs(tmp_path_factory):
     """Run every executable page once (two at a time), each in a fresh interpreter."""
     for module in ("matplotlib", "arviz"):  # the pages draw pictures and export to ArviZ
         pytest.importorskip(module)
-    env = hooks.page_environment()  # no XLA_FLAGS: the page sets the device count
-    outcomes = hooks.run_pages(PAGES, workers=2, timeout=600, env=env, epilogue=_EPILOGUE)
-    return dict(zip(PAGE_IDS, outcomes))
+    cwd = tmp_path_factory.mktemp("pages")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return dict(zip(PAGE_IDS, pool.map(lambda p: _run_page(p, cwd), PAGES)))
 
 
 @pytest.mark.parametrize("page", PAGE_IDS)
 def test_page_runs(page_runs, page):
-    outcome = page_runs[page]
-    assert outcome.returncode == 0, (
-        f"{page} failed after {outcome.seconds:.0f} s:\n{outcome.output[-6000:]}"
-    )
-    problem = hooks.check(outcome)  # also records the run for the build's cache
-    assert problem is None, problem
-
-
-def test_pictures_are_generated_not_committed():
-    linked = {name for page in PAGES for name in hooks.images(page.read_text())}
-    assert {
-        "quickstart-posterior.png",
-        "diagnostics-trace.png",
-        "diagnostics-bias.png",
-        "diagnostics-banana-corner.png",
-    } <= linked
-    gitignore = (ROOT / ".gitignore").read_text().split()
-    assert "/docs/generated/" in gitignore
+    proc = page_runs[page]
+    assert proc.returncode == 0, f"{page} failed:\n{(proc.stdout + proc.stderr)[-6000:]}"
 
 
 # --- every public name: an example in its docstring, a place in the API pages --------------
@@ -286,18 +428,22 @@ def test_pending_examples_are_public_names():
     assert EXAMPLES_PENDING <= set(CANONICAL)
 
 
-# --- the site builds strictly, with the pictures ----------------------------------------------
+# --- the site builds strictly; outputs, offline rendering and links ----------------------------
 
 
-@pytest.mark.slow
-def test_mkdocs_build_strict(tmp_path, page_runs):
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("mkdocstrings_handlers.python")
-    pytest.importorskip("material")
-    pytest.importorskip("matplotlib")
-    # page_runs ran (and recorded) every page, so the hook finds them up to date; a page that
-    # failed there is run again by the hook and fails the build.
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built strictly into a temporary folder (every page's code runs), or the one
+    already built in the folder `ENSEMBLENN_DOCS_SITE` names (CI checks its own build)."""
+    built = os.environ.get("ENSEMBLENN_DOCS_SITE")
+    if built:
+        site = Path(built).resolve()
+        assert (site / "index.html").is_file(), f"ENSEMBLENN_DOCS_SITE={built}: no site there"
+        return site
+    for module in ("mkdocs", "mkdocstrings_handlers.python", "material", "markdown_exec"):
+        pytest.importorskip(module)
+    pytest.importorskip("latex2mathml")
+    site = tmp_path_factory.mktemp("site")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["NO_MKDOCS_2_WARNING"] = "1"
     proc = subprocess.run(
@@ -309,12 +455,121 @@ def test_mkdocs_build_strict(tmp_path, page_runs):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    for page in PAGES:
-        relative = page.relative_to(DOCS).with_suffix("")
-        html_path = site / ("index.html" if relative.name == "index" else relative / "index.html")
-        html = html_path.read_text()
-        for name in hooks.images(page.read_text()):
-            assert (site / "generated" / name).is_file(), name
-            assert re.search(rf'<img [^>]*src="[./]*generated/{re.escape(name)}"', html), (
-                f"{html_path} does not show {name}"
-            )
+    return site
+
+
+def _html_of(site: Path, page: str) -> str:
+    relative = Path(page).with_suffix("")
+    path = site / ("index.html" if relative.name == "index" else relative / "index.html")
+    return path.read_text(encoding="utf-8")
+
+
+class _Refs(html.parser.HTMLParser):
+    """The ids of a page, and its references: (tag, attribute, value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.refs: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("id", "name"):
+            if attrs.get(key):
+                self.ids.add(attrs[key])
+        for key in ("href", "src", "srcset", "data", "poster"):
+            if attrs.get(key):
+                self.refs.append((tag, key, attrs[key]))
+
+
+def _parse(path: Path) -> _Refs:
+    parser = _Refs()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(site):
+    assert (site / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_site_shows_library_prints(site):
+    """`result.summary()` prints from inside the library; docs/hooks.py puts it on the page."""
+    quickstart = _html_of(site, "getting-started/quickstart.md")
+    assert "128 chains on 4 device(s)" in quickstart
+    assert "along these lines" not in quickstart  # no hand-written sample output
+    home = _html_of(site, "index.md")
+    assert re.search(r"\[-7\. +-5\. +-3\.", home), "print(f(...)) of the home page not shown"
+
+
+@pytest.mark.slow
+def test_site_pictures_are_drawn_at_build_time(site):
+    pictures = {
+        "getting-started/quickstart.md": 1,
+        "tutorials/subclassing.md": 1,
+        "tutorials/optax.md": 2,
+        "tutorials/diagnostics.md": 3,
+    }
+    for page, count in pictures.items():
+        shown = re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', _html_of(site, page))
+        assert len(shown) == count, f"{page} shows {len(shown)} pictures, expected {count}"
+
+
+@pytest.mark.slow
+def test_site_math_renders_without_a_network(site):
+    diagnostics = _html_of(site, "tutorials/diagnostics.md")
+    assert "<math" in diagnostics and "arithmatex" not in diagnostics
+    assert "\\(" not in diagnostics  # no TeX left for a script to typeset
+
+
+@pytest.mark.slow
+def test_site_has_no_external_resources(site):
+    """Scripts, stylesheets, fonts and pictures all come with the site (links may point
+    anywhere: following one is the reader's choice)."""
+    external = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+    problems = []
+    for path in sorted(site.rglob("*.html")):
+        for tag, key, value in _parse(path).refs:
+            if tag == "a" or (tag == "link" and key == "href" and "canonical" in value):
+                continue
+            if external.match(value):
+                problems.append(f"{path.relative_to(site)}: <{tag} {key}={value!r}>")
+    css_url = re.compile(r"(?:url\(\s*[\"']?|@import\s+[\"'])(?P<url>[^\"')\s]+)")
+    for path in sorted(site.rglob("*.css")):
+        for match in css_url.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            if external.match(match["url"]):
+                problems.append(f"{path.relative_to(site)}: {match['url']}")
+    assert not problems, "external resources:\n" + "\n".join(problems[:40])
+
+
+@pytest.mark.slow
+def test_site_links_and_anchors_resolve(site):
+    parsed: dict[Path, _Refs] = {}
+
+    def page(path: Path) -> _Refs:
+        if path not in parsed:
+            parsed[path] = _parse(path)
+        return parsed[path]
+
+    broken = []
+    for path in sorted(site.rglob("*.html")):
+        for _tag, key, value in page(path).refs:
+            if key == "srcset" or value.startswith(("data:", "mailto:", "javascript:")):
+                continue
+            url = urllib.parse.urlsplit(value)
+            if url.scheme or url.netloc:
+                continue
+            target = path
+            if url.path:
+                base = site if url.path.startswith("/") else path.parent  # 404.html: absolute
+                target = (base / urllib.parse.unquote(url.path).lstrip("/")).resolve()
+                if target.is_dir():
+                    target = target / "index.html"
+                if not target.is_file():
+                    broken.append(f"{path.relative_to(site)}: {value} (no such file)")
+                    continue
+            fragment = urllib.parse.unquote(url.fragment)
+            if fragment and target.suffix == ".html" and fragment not in page(target).ids:
+                broken.append(f"{path.relative_to(site)}: {value} (no anchor #{fragment})")
+    assert not broken, f"{len(broken)} broken links:\n" + "\n".join(broken[:40])

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compile_counter import counting
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -172,19 +173,20 @@ def test_compiles_once_for_same_shapes(mesh):
         return x * w
 
     g = enn.ensemble_map(f, mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST))
-    g(jnp.ones(N), jnp.float32(1.0))
-    before, cached = len(traces), _execute_cache_size()
-    out = g(jnp.full(N, 2.0, jnp.float32), jnp.float32(3.0))
+    with counting() as first:
+        g(jnp.ones(N), jnp.float32(1.0))
+    before = len(traces)
+    x, w = jnp.full(N, 2.0, jnp.float32), jnp.float32(3.0)  # made outside the count
+    with counting() as again:
+        out = g(x, w)
     # Nothing is traced again: the discovery is cached and the compiled program reused.
     assert len(traces) == before
-    assert _execute_cache_size() == cached
+    assert len(first) >= 1 and len(again) == 0, (first.names, again.names)
     assert out.tolist() == [6.0] * N
-
-
-def _execute_cache_size():
-    from ensemblenn import _ensemble_map
-
-    return _ensemble_map._execute._cache_size()
+    x = jnp.ones(2 * N)
+    with counting() as other_shape:  # the counter does see a new program
+        g(x, w)
+    assert len(other_shape) >= 1
 
 
 def test_chain_count_not_divisible_by_devices(mesh):
@@ -225,24 +227,36 @@ def test_broadcast_inputs_are_placed_once_while_alive(explicit_mesh):
     goes when the array does, and a new array with new values is used, not a stale copy."""
     import gc
 
-    from ensemblenn import _mesh
+    gc.collect()
+    replicated = NamedSharding(explicit_mesh, P())
+
+    def copies():  # replicated (3,) arrays alive now: the placed copies among them
+        return sum(1 for a in jax.live_arrays() if a.shape == (3,) and a.sharding == replicated)
 
     shift = jnp.arange(3.0)  # uncommitted, on one device
     captured = jnp.full(3, 10.0)
     f = enn.ensemble_map(
         lambda x, s: x + s + captured, mesh=explicit_mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST)
     )
-    x = jnp.zeros((8, 3))
-    first = f(x, shift)
-    copies = {i: entry[1] for i, entry in _mesh._PLACED.items() if i in (id(shift), id(captured))}
-    assert len(copies) == 2
-    second = f(x, shift)
-    assert all(_mesh._PLACED[i][1] is copy for i, copy in copies.items())  # reused
+    x = jax.device_put(jnp.zeros((8, 3)), NamedSharding(explicit_mesh, P("chains")))
+    puts = []
+    device_put = jax.device_put
+
+    def counting_put(*args, **kwargs):
+        puts.append(args[0].shape)
+        return device_put(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jax, "device_put", counting_put)
+        first = f(x, shift)
+        assert sorted(puts) == [(3,), (3,)]  # the argument and the capture, once each
+        second = f(x, shift)
+        assert len(puts) == 2  # reused: nothing placed again
     np.testing.assert_array_equal(first, second)
-    key = id(shift)
+    alive = copies()
     del shift, first, second
     gc.collect()
-    assert key not in _mesh._PLACED
+    assert copies() == alive - 1  # the argument's copy went with it; the capture's stays
     np.testing.assert_array_equal(np.asarray(f(x, jnp.ones(3))), np.full((8, 3), 11.0))
 
 
@@ -258,3 +272,17 @@ def test_placing_inside_a_trace_is_not_reused_later(explicit_mesh):
     compiled = jax.jit(lambda x: f(x, shift)).lower(x).compile()
     np.testing.assert_array_equal(np.asarray(compiled(x)), np.tile(np.arange(3.0), (8, 1)))
     np.testing.assert_array_equal(np.asarray(f(x, shift)), np.tile(np.arange(3.0), (8, 1)))
+
+
+def test_bad_out_roles_are_reported_as_out_roles(mesh):
+    pair = enn.ensemble_map(
+        lambda x: (x, x), mesh=mesh, in_roles=enn.PER_CHAIN, out_roles=(enn.PER_CHAIN,)
+    )
+    with pytest.raises(enn.RoleError) as err:
+        pair(jnp.zeros(N))
+    message = str(err.value)
+    assert "out_roles does not match the output" in message and "give out_roles" in message
+    assert "in_roles" not in message and "arguments" not in message
+    spec = enn.ensemble_map(lambda x: x, mesh=mesh, in_roles=enn.PER_CHAIN, out_roles=P("chains"))
+    with pytest.raises(enn.RoleError, match="out_roles at .* a PartitionSpec; out_roles takes"):
+        spec(jnp.zeros(N))

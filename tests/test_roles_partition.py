@@ -159,18 +159,29 @@ def test_partition_does_not_mutate_inputs():
 def test_role_resolution_is_reused_per_structure_and_stays_correct():
     """Roles are resolved once per structure; the same structure with other values (or a
     scalar where an array was) must still get the right leaves and roles."""
-    from ensemblenn import _partition
 
     class Pair(eqx.Module):
         a: jax.Array = enn.per_chain()
         b: jax.Array = enn.broadcast()
 
-    first = enn.partition(Pair(jnp.zeros((4, 2)), jnp.ones(3)))[1]
-    assert (first.a, first.b) == (P("chains"), P())
-    size = len(_partition._RESOLVED)
-    second_module = Pair(jnp.ones((8, 2)), jnp.zeros(5))
-    operands, specs, _ = enn.partition(second_module)
-    assert len(_partition._RESOLVED) == size  # reused
+    # The walk over a structure reads its key paths; a structure resolved before is not
+    # walked again (only flattened), so counting key-path flattens shows the reuse.
+    walks = []
+    flatten_with_path = jax.tree_util.tree_flatten_with_path
+
+    def counting(*args, **kwargs):
+        walks.append(1)
+        return flatten_with_path(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jax.tree_util, "tree_flatten_with_path", counting)
+        first = enn.partition(Pair(jnp.zeros((4, 2)), jnp.ones(3)))[1]
+        assert (first.a, first.b) == (P("chains"), P())
+        assert walks  # the first time, the structure is walked
+        size = len(walks)
+        second_module = Pair(jnp.ones((8, 2)), jnp.zeros(5))
+        operands, specs, _ = enn.partition(second_module)
+        assert len(walks) == size  # reused
     assert (specs.a, specs.b) == (P("chains"), P())
     assert [x.shape for x in jax.tree.leaves(operands)] == [(8, 2), (5,)]
     with pytest.raises(enn.RoleError, match="per_chain|PER_CHAIN|per-chain"):

@@ -6,7 +6,8 @@ from typing import Any, NamedTuple
 import jax
 from jaxtyping import Array, PRNGKeyArray
 
-from .. import distributed
+import ensemblenn as enn
+
 from ._chunk import Config
 
 
@@ -62,10 +63,7 @@ def make_setup(
     )
     # Process-aware chain keys: global arrays laid out like the chains when several
     # processes share the mesh.
-    keys = [
-        distributed.chain_keys(k, num_chains, mesh=mesh, axis=axis)
-        for k in (k_init, k_adapt, k_run)
-    ]
+    keys = [enn.chain_keys(k, num_chains, mesh=mesh, axis=axis) for k in (k_init, k_adapt, k_run)]
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
     return Setup(
         num_chains=num_chains,

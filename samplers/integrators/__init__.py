@@ -21,8 +21,6 @@ from ._leapfrog import (
 )
 
 __all__ = [
-    "InverseMassMatrix",
-    "LogdensityAndGrad",
     "isokinetic",
     "kinetic_energy",
     "leapfrog",

@@ -26,6 +26,7 @@ from .ghmc import GHMC, GHMCState
 from .hmc import HMC
 from .mala import MALA
 from .mclmc import MCLMC, MCLMCState
+from .nuts import NUTS, NUTSInfo
 from .random_walk import RandomWalk
 from .sgmcmc import SGHMC, SGLD, SGHMCState, SGLDState
 
@@ -35,6 +36,7 @@ __all__ = [
     "HMC",
     "MALA",
     "MCLMC",
+    "NUTS",
     "SGHMC",
     "SGLD",
     "AdjustedMCLMC",
@@ -46,6 +48,7 @@ __all__ = [
     "Info",
     "Logdensity",
     "MCLMCState",
+    "NUTSInfo",
     "RandomWalk",
     "SGHMCState",
     "SGLDState",

@@ -36,7 +36,7 @@ if mode == "kill":
             print("MIDWRITE", path, flush=True)
             time.sleep(600)
 
-    samplers.checkpoint._mid_write_hook = pause
+    samplers.checkpoint._storage.mid_write_hook = pause
     samplers.run(
         sampler,
         target,
