@@ -21,8 +21,15 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one `error: ...` line (exit 2), like every error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m samplers",
         description="Sample a standard target with an ensemble of chains, sharded over devices.",
     )
