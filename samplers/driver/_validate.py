@@ -56,7 +56,8 @@ def check_options(
     track_bias: Any,
 ) -> None:
     """The options whose mistakes would otherwise surface late (after every step ran)."""
-    for name, value in (("chunk_size", chunk_size), ("checkpoint_every", checkpoint_every)):
+    # checkpoint_every is the checkpoint package's to check (a CheckpointError).
+    for name, value in (("chunk_size", chunk_size),):
         if value is not None and (not _is_int(value) or value < 1):
             raise SamplerError(
                 f"{name} must be None or an int >= 1, got {value!r}.\n  fix: {name}=None "
