@@ -72,7 +72,15 @@ class Reason(NamedTuple):
 
 
 class Verdict(NamedTuple):
-    """The outcome of `judge`: `converged`, and the failed criteria as `Reason`s.
+    """Whether a run can be trusted (`Result.verdict`): `converged`, and the failed
+    criteria as `reasons` (each with `criterion`, `value`, `problem` and `fix`).
+
+    The rule, the same in `Result.summary`, `samplers.run`'s `ConvergenceWarning` and the
+    CLI: converged only if max R-hat < 1.01 (nested R-hat when the run used superchains:
+    split R-hat of many short chains stays about `1 + tau / n` above 1 even at
+    stationarity, nested R-hat does not), min ESS >= 400 (all chains' sampling draws), no
+    divergent transitions, and for Metropolis-adjusted kernels (`Sampler.adjusted`) a mean
+    acceptance in [0.05, 0.995].
 
     Example:
         >>> from samplers.driver._verdict import judge
