@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.extend import core as jex_core
 
 from ._context import current_frame, entered
-from ._errors import EnsembleError
+from ._errors import EnsembleError, EnsembleTypeError
 from ._jax_private import is_batched_over
 
 __all__ = ["batch_invariant"]
@@ -121,7 +121,8 @@ def check_block_size(
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         options = " or None" if allow_none else ""
         options += ' or "auto"' if allow_auto else ""
-        raise EnsembleError(
+        wrong_type = isinstance(block_size, bool) or not isinstance(block_size, int)
+        raise (EnsembleTypeError if wrong_type else EnsembleError)(
             f"block_size={block_size!r}: it must be a positive int (chains per compiled "
             f"block){options}.\n  fix: block_size=16."
         )

@@ -19,7 +19,13 @@ from ._closures import (
     substitute,
 )
 from ._context import EnsembleFrame, current_frame, entered
-from ._errors import ChainCountError, ClosureError, EnsembleError, OutputRoleError
+from ._errors import (
+    ChainCountError,
+    ClosureError,
+    EnsembleError,
+    EnsembleTypeError,
+    OutputRoleError,
+)
 from ._jax_private import is_batched_over
 from ._mesh import axis_size, place, resolve_mesh
 from ._partition import LeafInfo, count_chains, describe, resolve_roles, spec_for
@@ -249,6 +255,33 @@ def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
     return mapped(in_leaves, lifted)
 
 
+def check_map_options(fn: Any, mesh: Any, axis: Any, closures: Any, strict: Any) -> None:
+    """`ensemble_map`'s arguments, checked when it is called (before anything traces)."""
+    if not callable(fn):
+        raise EnsembleTypeError(
+            f"ensemble_map needs a callable (the per-chain function), got "
+            f"{type(fn).__name__}.\n  fix: enn.ensemble_map(lambda x: ..., in_roles=...)."
+        )
+    if not isinstance(axis, str):
+        raise EnsembleTypeError(
+            f'axis must be the name of a mesh axis (a str), got {axis!r}.\n  fix: axis="chains".'
+        )
+    if not isinstance(closures, str):
+        raise EnsembleTypeError(
+            f"closures must be 'lift' or 'error' (a str), got {closures!r} "
+            f'({type(closures).__name__}).\n  fix: closures="lift" (the default).'
+        )
+    if closures not in ("lift", "error"):
+        raise EnsembleError(
+            f"closures must be 'lift' or 'error', got {closures!r}.\n  fix: closures=\"lift\" "
+            "(the default) passes captured arrays as operands."
+        )
+    if not isinstance(strict, bool):
+        raise EnsembleTypeError(f"strict must be True or False, got {strict!r}.")
+    if mesh is not None and not hasattr(mesh, "axis_names"):
+        resolve_mesh(mesh, axis)  # raises MeshTypeError; a missing axis is reported at call
+
+
 class EnsembleMapped:
     """A per-chain function lifted to the whole ensemble by `ensemble_map`.
 
@@ -277,10 +310,7 @@ class EnsembleMapped:
         strict: bool,
         block_size: int | str | None = None,
     ):
-        if closures not in ("lift", "error"):
-            raise EnsembleError(f"closures must be 'lift' or 'error', got {closures!r}.")
-        if not callable(fn):
-            raise EnsembleError(f"ensemble_map needs a callable, got {type(fn).__name__}.")
+        check_map_options(fn, mesh, axis, closures, strict)
         self.fn = fn
         self.mesh = mesh
         self.axis = axis

@@ -76,6 +76,20 @@ class MeshError(EnsembleError):
     """
 
 
+class MeshTypeError(MeshError, EnsembleTypeError):
+    """`mesh` is not a `jax.sharding.Mesh`: a `MeshError` that is also a `TypeError`.
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> from ensemblenn._errors import MeshTypeError
+        >>> try:
+        ...     enn.ensemble_map(lambda x: x, mesh="cpu", in_roles=enn.PER_CHAIN)
+        ... except TypeError as err:
+        ...     print(type(err).__name__, isinstance(err, enn.MeshError))
+        MeshTypeError True
+    """
+
+
 class ClosureError(EnsembleError):
     """A function captures a `jax.Array` that cannot enter a `shard_map` body.
 

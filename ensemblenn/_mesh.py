@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._errors import MeshError
+from ._errors import MeshError, MeshTypeError
 
 
 @functools.cache
@@ -55,8 +55,11 @@ def resolve_mesh(mesh: Any = None, axis: str = "chains") -> Any:
     if mesh is None:
         mesh = _context_mesh() or default_mesh(axis)
     if not hasattr(mesh, "axis_names"):
-        raise MeshError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
-    if axis not in mesh.axis_names:
+        raise MeshTypeError(
+            f"mesh must be a jax.sharding.Mesh, got {mesh!r} ({type(mesh).__name__}).\n  fix: "
+            "mesh=jax.make_mesh((jax.device_count(),), ('chains',)), or None for the default."
+        )
+    if not isinstance(axis, str) or axis not in mesh.axis_names:
         raise MeshError(
             f"The mesh has no axis named {axis!r}; its axes are {tuple(mesh.axis_names)} with "
             f"sizes {tuple(mesh.axis_sizes)}.\n  fix: pass axis=<one of those names> to "

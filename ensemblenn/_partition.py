@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 from jaxtyping import PyTree
 
-from ._errors import ChainCountError, RoleError
+from ._errors import ChainCountError, EnsembleError, EnsembleTypeError, RoleError
 from ._roles import BROADCAST, PER_CHAIN, Role, declared_role
 
 
@@ -257,6 +257,10 @@ def partition(
         >>> specs.x, specs.scale
         (P('chains',), P())
     """
+    if not isinstance(axis, str):
+        raise EnsembleTypeError(f"axis must be a mesh axis name (a str), got {axis!r}.")
+    if not isinstance(strict, bool):
+        raise EnsembleTypeError(f"strict must be True or False, got {strict!r}.")
     infos = resolve_roles(tree, in_roles=in_roles, strict=strict)
     count_chains(infos)
     specs_iter = iter([spec_for(i.role, axis) for i in infos])
@@ -274,5 +278,28 @@ def combine(operands: PyTree, static: PyTree) -> PyTree:
         >>> ops, specs, static = enn.partition(tree)
         >>> enn.combine(ops, static)["n"]
         3
+
+    Raises:
+        EnsembleError: the two trees do not have the same structure (they must come from
+            the same `partition`, or trees built like its outputs).
     """
-    return eqx.combine(operands, static)
+    try:
+        return eqx.combine(operands, static)
+    except (ValueError, TypeError):  # jax's pytree mismatch: say which leaves differ
+        pass
+    is_none = lambda x: x is None  # noqa: E731 - the holes eqx.partition leaves
+    paths = [
+        {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(t, is_none)}
+        for t in (operands, static)
+    ]
+    only_a, only_b = sorted(paths[0] - paths[1])[:3], sorted(paths[1] - paths[0])[:3]
+    where = (
+        f"leaves only in operands: {only_a or 'none'}; only in static: {only_b or 'none'}"
+        if only_a or only_b
+        else "the same leaf paths but different node types or metadata"
+    )
+    raise EnsembleError(
+        f"combine(operands, static): the trees have different structures ({where}).\n"
+        "  fix: pass the operands and static of the same enn.partition(tree) call (the "
+        "operands may be transformed leaf by leaf, e.g. by jax.tree.map)."
+    )

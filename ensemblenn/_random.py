@@ -55,8 +55,17 @@ def chain_keys(key: Array, num_chains: int, *, mesh: Any = None, axis: str = "ch
         ...       jax.random.key_data(enn.chain_keys(jax.random.key(0), 4)[3])).all())
         True
     """
-    if not isinstance(num_chains, int) or isinstance(num_chains, bool) or num_chains < 1:
-        raise EnsembleError(f"num_chains must be a positive int, got {num_chains!r}.")
+    if not isinstance(num_chains, int) or isinstance(num_chains, bool):
+        raise EnsembleTypeError(
+            f"num_chains must be a positive int, got {num_chains!r} "
+            f"({type(num_chains).__name__}).\n  fix: chain_keys(key, 8)."
+        )
+    if num_chains < 1:
+        raise EnsembleError(
+            f"num_chains must be a positive int, got {num_chains!r}.\n  fix: chain_keys(key, 8)."
+        )
+    if not isinstance(axis, str):
+        raise EnsembleTypeError(f"axis must be a mesh axis name (a str), got {axis!r}.")
     _check_key(key)
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
     keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))

@@ -35,8 +35,29 @@ def _import_arviz() -> Any:
     return arviz
 
 
+def _is_arviz_1(az: Any) -> bool:
+    return int(az.__version__.split(".")[0]) >= 1
+
+
+def _dataset(az: Any, data: dict, *, coords: dict, attrs: dict) -> Any:
+    """`az.dict_to_dataset` without an inference-library tag; the keyword was renamed in 1.0."""
+    tag = {"inference_library": None} if _is_arviz_1(az) else {"library": None}
+    return az.dict_to_dataset(data, coords=coords, attrs=attrs, **tag)
+
+
+def _inference_data(az: Any, **groups: Any) -> Any:
+    """The groups as ArviZ's container: `InferenceData` before 1.0, an `xarray.DataTree`
+    (which replaced it, with the same `.posterior` group access) from 1.0 on."""
+    if _is_arviz_1(az):
+        import xarray as xr
+
+        return xr.DataTree.from_dict(groups)
+    return az.InferenceData(**groups)
+
+
 def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
-    """The thinned trace of a `samplers.run` result as an `arviz.InferenceData`.
+    """The thinned trace of a `samplers.run` result as ArviZ data: an `arviz.InferenceData`
+    (ArviZ 0.x) or an `xarray.DataTree` (ArviZ 1.x), with the same groups.
 
     Groups:
 
@@ -112,7 +133,7 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     if size is not None:
         attrs["superchain_size"] = int(size)
     coords = {"chain": np.arange(num_chains), "draw": np.arange(num_draws)}
-    posterior = az.dict_to_dataset({var_name: trace}, coords=coords, attrs=attrs, library=None)
+    posterior = _dataset(az, {var_name: trace}, coords=coords, attrs=attrs)
     if size is not None:
         posterior = posterior.assign_coords(superchain=("chain", np.arange(num_chains) // size))
     stats = {
@@ -133,4 +154,4 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
         sample_stats = sample_stats.assign_coords(
             superchain=("chain", np.arange(num_chains) // size)
         )
-    return az.InferenceData(posterior=posterior, sample_stats=sample_stats)
+    return _inference_data(az, posterior=posterior, sample_stats=sample_stats)

@@ -194,7 +194,11 @@ def test_under_set_mesh_with_constant_outputs_and_keys(explicit_mesh):
     with jax.set_mesh(explicit_mesh):
         moved, three = f(jnp.ones((8, 5)), keys)
     expected = jax.vmap(step)(jnp.ones((8, 5)), keys)[0]
-    np.testing.assert_allclose(np.asarray(moved), np.asarray(expected), rtol=1e-6)
+    # A block of 4 and a plain vmap of 8 are different programs: their O(1) normal draws may
+    # differ in the last bit (they do on jax 0.12), which 1 + draw near 0 makes a large
+    # relative error; a few ulps of the draw, absolutely, is the honest bound.
+    eps = np.finfo(np.float32).eps
+    np.testing.assert_allclose(np.asarray(moved), np.asarray(expected), rtol=0, atol=8 * eps)
     assert int(three) == 3
 
 

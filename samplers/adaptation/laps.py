@@ -21,16 +21,19 @@ so the whole scheme compiles once and runs under an outer `jax.jit`):
 """
 
 import math
+import typing
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
 from .. import diagnostics as diag
+from .._errors import SamplerError, SamplerTypeError
 from ..integrators.isokinetic import IntegratorName, get_integrator
 from ..kernels import (
     MCLMC,
@@ -193,6 +196,9 @@ def _keep_valid(new: Array, old: Array) -> Array:
     return jnp.where(jnp.isfinite(new) & (new > 0), new, old)
 
 
+INTEGRATOR_NAMES = typing.get_args(IntegratorName)
+
+
 class LAPS(Adaptation):
     """Late-adjusted parallel sampler: ensemble MCLMC burn-in, then tuned adjusted MCLMC.
 
@@ -312,10 +318,59 @@ class LAPS(Adaptation):
             "superchain_size",
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise enn.EnsembleError(f"LAPS: {name} must be an int >= 1, got {value!r}.")
-        if not 0.0 < self.save_frac <= 1.0:
-            raise enn.EnsembleError(f"LAPS: save_frac must be in (0, 1], got {self.save_frac!r}.")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SamplerTypeError(
+                    f"LAPS: {name} must be an int >= 1, got {value!r} ({type(value).__name__})."
+                )
+            if value < 1:
+                raise SamplerError(f"LAPS: {name} must be an int >= 1, got {value!r}.")
+        for name in ("early_stop", "precondition_burn_in", "restart_diverged"):
+            if not isinstance(getattr(self, name), bool):
+                raise SamplerTypeError(
+                    f"LAPS: {name} must be True or False, got {getattr(self, name)!r}."
+                )
+        self._check_numbers()
+        for name in ("burn_in_integrator", "integrator"):
+            value = getattr(self, name)
+            if value is not None and value not in INTEGRATOR_NAMES:
+                raise SamplerError(
+                    f"LAPS: {name} must be one of {INTEGRATOR_NAMES}"
+                    f"{' or None' if name == 'integrator' else ''}, got {value!r}."
+                )
+
+    def _check_numbers(self) -> None:
+        # (name, low, high): open intervals, except save_frac's (0, 1].
+        numbers = [
+            ("alpha", 0.0, math.inf),
+            ("C", 0.0, math.inf),
+            ("r_end", 0.0, math.inf),
+            ("initial_step_size", 0.0, math.inf),
+            ("acceptance_tolerance", 0.0, 1.0),
+            ("trajectory_factor", 0.0, math.inf),
+            ("L_proposal_factor", 0.0, math.inf),
+            ("save_frac", 0.0, 1.0 + 1e-12),
+        ]
+        if self.target_acceptance is not None:
+            numbers.append(("target_acceptance", 0.0, 1.0))
+        for name, low, high in numbers:
+            value = getattr(self, name)
+            if isinstance(value, jax.core.Tracer):
+                continue
+            if isinstance(value, bool | str) or not isinstance(
+                value, int | float | np.number | jax.Array
+            ):
+                raise SamplerTypeError(
+                    f"LAPS: {name} must be a number, got {value!r} ({type(value).__name__})."
+                )
+            if not (low < float(value) < high):
+                interval = "(0, 1]" if name == "save_frac" else (
+                    f"({low:g}, {high:g})" if high < math.inf else "> 0 and finite"
+                )  # fmt: skip
+                raise SamplerError(
+                    f"LAPS: {name} must be {interval}, "
+                    f"got {value!r}.\n  fix: leave it out for the default "
+                    f"({type(self).__dataclass_fields__[name].default!r})."
+                )
 
     @property
     def window(self) -> int:

@@ -49,16 +49,20 @@ class ChainMoments(eqx.Module):
         half: Int[Array, ""],
         observed: Float[Array, " dim"] | None = None,
     ) -> "ChainMoments":
+        # Multiply by reciprocals written out: XLA's CPU simplifier turns some (not all)
+        # divisions by a broadcast scalar into such multiplications, depending on the fusion
+        # it picks for the local batch (seen on jax 0.12), which would make the moments
+        # depend on the device count in the last bit.
         count = self.count.at[half].add(1)
-        n = count[half].astype(x.dtype)
+        inv_n = 1 / count[half].astype(x.dtype)
         delta = x - self.mean[half]
-        mean = self.mean.at[half].add(delta / n)
+        mean = self.mean.at[half].add(delta * inv_n)
         m2 = self.m2.at[half].add(delta * (x - mean[half]))
-        total = count.sum().astype(x.dtype)
-        second = self.second_moment + (x * x - self.second_moment) / total
+        inv_total = 1 / count.sum().astype(x.dtype)
+        second = self.second_moment + (x * x - self.second_moment) * inv_total
         observed = x if observed is None else observed
         obs = self.observable_second_moment
-        obs = obs + (observed * observed - obs) / total
+        obs = obs + (observed * observed - obs) * inv_total
         return ChainMoments(count, mean, m2, second, obs)
 
     def chain_mean_var(self) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:

@@ -19,8 +19,19 @@ from ._prepare import prepare
 from ._progress import Progress
 from ._result import Result
 from ._setup import make_setup
+<<<<<<< HEAD
 from ._validate import check_inputs, check_key, check_logdensity, check_options
 from ._verdict import ConvergenceWarning
+=======
+from ._validate import (
+    check_inputs,
+    check_key,
+    check_logdensity,
+    check_options,
+    check_run_flags,
+    check_sampler_dim,
+)
+>>>>>>> main
 
 
 def run(
@@ -114,6 +125,8 @@ def run(
     num_chains = int(np.shape(positions)[0])
     check_options(num_chains, chunk_size, superchain_size, reference, block_size,
                   checkpoint_every, track_bias)  # fmt: skip
+    check_run_flags(progress, resume, mesh, axis)
+    check_sampler_dim(sampler, positions)
     setup = make_setup(
         positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
         reference=reference, superchain_size=superchain_size, track_bias=track_bias,

@@ -1,5 +1,6 @@
 """What `samplers.run` checks before anything compiles."""
 
+import inspect
 from typing import Any
 
 import jax
@@ -14,18 +15,59 @@ from ..kernels import Sampler
 
 
 def check_logdensity(logdensity: Any, positions: Any) -> None:
-    """The log-density must map one position to a scalar."""
+    """The log-density must map one position to a real scalar JAX array, and be traceable."""
     one = jax.ShapeDtypeStruct(np.shape(positions)[1:], positions.dtype)
-    try:
-        out = jax.eval_shape(logdensity, one)
-    except TypeError:
+    if not _takes_one_argument(logdensity):
         return  # e.g. a minibatch log-density (position, indices): its kernel checks it
+    returned: list[Any] = []
+    try:
+        out = jax.eval_shape(lambda x: returned.append(logdensity(x)) or returned[-1], one)
+    except (jax.errors.JAXTypeError, jax.errors.JAXIndexError) as err:
+        raise SamplerTypeError(
+            f"logdensity cannot be traced by JAX at a position of shape {one.shape} "
+            f"({type(err).__name__}): {str(err).splitlines()[0]}\n  fix: compute with jnp "
+            "only: no float(), .item(), np.asarray() or Python `if` on the position (use "
+            "jnp.where)."
+        ) from err
+    except Exception as err:
+        raise SamplerError(
+            f"logdensity raised {type(err).__name__} at a position of shape {one.shape} "
+            f"{one.dtype}: {err}\n  fix: make it accept one position (samplers.run maps it "
+            "over the chains) and return its log density."
+        ) from err
+    check_logdensity_value(returned[-1] if returned else out, out, one.shape)
+
+
+def _takes_one_argument(fn: Any) -> bool:
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): assume it does
+        return True
+    return True
+
+
+def check_logdensity_value(raw: Any, out: Any, shape: tuple) -> None:
+    """What the log-density returned for one position: a real floating scalar JAX array."""
     if not hasattr(out, "shape") or out.shape != ():
-        shape = getattr(out, "shape", type(out).__name__)
+        found = getattr(out, "shape", type(out).__name__)
         raise SamplerError(
             f"logdensity must return a scalar for ONE position of shape "
-            f"{np.shape(positions)[1:]}, but it returns {shape}.\n  fix: sum the terms, e.g. "
+            f"{shape}, but it returns {found}.\n  fix: sum the terms, e.g. "
             "return jnp.sum(log_terms); samplers.run maps it over the chains itself."
+        )
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise SamplerTypeError(
+            f"logdensity must return a real floating-point scalar, but it returns dtype "
+            f"{out.dtype}.\n  fix: return a float, e.g. jnp.real(...) or .astype(jnp.float32); "
+            "the kernels take its gradient."
+        )
+    if not isinstance(raw, jax.Array):
+        raise SamplerTypeError(
+            f"logdensity must return a JAX array, but it returns a {type(raw).__name__} "
+            f"({raw!r}) that does not depend on the position.\n  fix: compute it from the "
+            "position with jnp, or wrap a constant: jnp.asarray(value)."
         )
 
 
@@ -59,14 +101,15 @@ def check_options(
     # checkpoint_every is the checkpoint package's to check (a CheckpointError).
     for name, value in (("chunk_size", chunk_size),):
         if value is not None and (not _is_int(value) or value < 1):
-            raise SamplerError(
+            raise (SamplerError if _is_int(value) else SamplerTypeError)(
                 f"{name} must be None or an int >= 1, got {value!r}.\n  fix: {name}=None "
                 "(the default) or a positive number of steps."
             )
     if superchain_size is not None:
         if not _is_int(superchain_size) or superchain_size < 1:
-            raise SamplerError(
-                f"superchain_size must be None or an int >= 1, got {superchain_size!r}."
+            raise (SamplerError if _is_int(superchain_size) else SamplerTypeError)(
+                f"superchain_size must be None or an int >= 1, got {superchain_size!r}.\n"
+                f"  fix: a divisor of the {num_chains} chains, e.g. superchain_size=2."
             )
         if num_chains % superchain_size:
             raise SamplerError(
@@ -79,14 +122,17 @@ def check_options(
         and block_size != "auto"
         and (not _is_int(block_size) or block_size < 1)
     ):
-        raise SamplerError(f'block_size must be "auto", None or an int >= 1, got {block_size!r}.')
+        raise (SamplerError if _is_int(block_size) else SamplerTypeError)(
+            f'block_size must be "auto", None or an int >= 1, got {block_size!r}.\n  fix: '
+            'block_size="auto" (the default).'
+        )
     if reference is not None and not hasattr(reference, "second_moment"):
-        raise SamplerError(
+        raise SamplerTypeError(
             f"reference must be None or a samplers.targets.Moments (known moments of the "
             f"target), got {reference!r}.\n  fix: reference=target.reference, or leave it out."
         )
     if not isinstance(track_bias, bool):
-        raise SamplerError(f"track_bias must be True or False, got {track_bias!r}.")
+        raise SamplerTypeError(f"track_bias must be True or False, got {track_bias!r}.")
 
 
 def check_inputs(
@@ -118,8 +164,11 @@ def check_inputs(
             raise SamplerTypeError(f"{name} must be an int >= {low}, got {value!r}.")
         if value < low:
             raise SamplerError(f"{name} must be an int >= {low}, got {value!r}.")
-    if thin is not None and (not isinstance(thin, int) or thin < 1 or thin > num_steps):
-        raise SamplerError(f"thin must be None or an int in [1, num_steps], got {thin!r}.")
+    if thin is not None and (not _is_int(thin) or thin < 1 or thin > num_steps):
+        raise (SamplerError if _is_int(thin) else SamplerTypeError)(
+            f"thin must be None or an int in [1, num_steps={num_steps}], got {thin!r}.\n"
+            "  fix: thin=10 keeps every 10th draw in result.trace; None keeps no trace."
+        )
     shape = np.shape(positions)
     if len(shape) != 2:
         raise SamplerError(
@@ -140,3 +189,36 @@ def check_inputs(
                 f"positions has non-finite (NaN/inf) entries in chains {bad}: every chain must "
                 "start at a finite point."
             )
+
+
+def check_run_flags(progress: Any, resume: Any, mesh: Any, axis: Any) -> None:
+    """The flags and the mesh of `samplers.run` (new checks; before anything compiles)."""
+    for name, value, allowed in (
+        ("progress", progress, "True, False or None (None: when stderr is a terminal)"),
+        ("resume", resume, "True or False"),
+    ):
+        if not isinstance(value, bool) and not (name == "progress" and value is None):
+            raise SamplerTypeError(f"{name} must be {allowed}, got {value!r}.")
+    if not isinstance(axis, str):
+        raise SamplerTypeError(
+            f"axis must be the name of the mesh axis over chains (a str), got {axis!r}.\n"
+            '  fix: axis="chains" (the default).'
+        )
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh | jax.sharding.AbstractMesh):
+        raise SamplerTypeError(
+            f"mesh must be None or a jax.sharding.Mesh, got {mesh!r} ({type(mesh).__name__})."
+            "\n  fix: mesh=jax.make_mesh((jax.device_count(),), ('chains',)), or None for "
+            "the default."
+        )
+    if mesh is not None:
+        enn.resolve_mesh(mesh, axis)  # the axis must exist: enn.MeshError names it
+
+
+def check_sampler_dim(sampler: Any, positions: Any) -> None:
+    """The sampler's hyperparameter shapes against the positions' dim (and chain count),
+    so that a wrong-length mass matrix is named here, not as a broadcasting error."""
+    leaves = jax.tree.leaves(positions)
+    if sampler is None or len(leaves) != 1 or np.ndim(leaves[0]) != 2:
+        return  # pytree positions: the kernels see flat positions of their own
+    num_chains, dim = np.shape(leaves[0])
+    sampler.check_dim(int(dim), int(num_chains))

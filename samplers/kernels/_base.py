@@ -3,7 +3,7 @@
 import abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -12,6 +12,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
+
+from .._errors import SamplerError, SamplerTypeError
 
 Logdensity = Callable[..., Float[Array, ""]]
 Hyper = Any
@@ -40,11 +42,26 @@ def resolve(value: Hyper, count: Int[Array, ""] | int) -> Array:
     return jnp.asarray(value)
 
 
-def hyperparameter(*, positive: bool = False, **field_kwargs: Any) -> Any:
+def hyperparameter(
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    integer: bool = False,
+    finite: bool = True,
+    maximum: float | None = None,
+    shape: Literal["vector", "scalar", "metric"] = "vector",
+    **field_kwargs: Any,
+) -> Any:
     """An `eqx.field` for a kernel hyperparameter, with what the base class checks.
 
-    `positive=True` makes `Sampler.__check_init__` refuse concrete values that are not
-    positive (a dense matrix: its diagonal). Other keywords go to `eqx.field`.
+    `Sampler.__check_init__` refuses a concrete value that is not a number, an array, an
+    `enn.PerChainValue` or a callable (an optax schedule) with a `samplers.SamplerTypeError`,
+    and one that breaks a declared rule with a `samplers.SamplerError`: `positive` (> 0; a
+    dense matrix: its diagonal), `nonnegative` (>= 0), `integer` (whole numbers), `finite`
+    (no NaN or inf; on by default), `maximum` (<= it). `shape` says what `Sampler.check_dim`
+    accepts once the dimension is known: `"vector"` a scalar or `(dim,)`, `"scalar"` a
+    scalar only, `"metric"` a scalar, `(dim,)` or `(dim, dim)`. Other keywords go to
+    `eqx.field`.
 
     Example:
         >>> import jax.numpy as jnp, samplers
@@ -59,8 +76,89 @@ def hyperparameter(*, positive: bool = False, **field_kwargs: Any) -> Any:
         Scaled.scale must be positive, got -1.0.
     """
     metadata = dict(field_kwargs.pop("metadata", {}) or {})
-    metadata["positive"] = positive
+    metadata.update(
+        hyperparameter=True,
+        positive=positive,
+        nonnegative=nonnegative,
+        integer=integer,
+        finite=finite,
+        maximum=maximum,
+        shape=shape,
+    )
     return eqx.field(metadata=metadata, **field_kwargs)
+
+
+_ACCEPTED = "a number, an array, an enn.PerChainValue or an optax schedule (a callable)"
+
+
+def _concrete_array(owner: str, value: Any) -> np.ndarray | None:
+    """A hyperparameter's value as a NumPy array if it is known now (None for None,
+    schedules and traced values); a `SamplerTypeError` if it is no kind of hyperparameter."""
+    if isinstance(value, enn.PerChainValue):
+        value = value.value
+    if value is None or callable(value) or isinstance(value, jax.core.Tracer):
+        return None
+    bad = isinstance(value, str | bytes | bool | np.bool_)
+    try:
+        array = None if bad else np.asarray(value)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.dtype.kind not in "iuf":
+        raise SamplerTypeError(
+            f"{owner} must be {_ACCEPTED}, got {value!r} ({type(value).__name__}).\n  fix: "
+            f"{owner.split('.')[-1]}=<a number>, a float array, or one of the others."
+        )
+    return array
+
+
+def _check_value(owner: str, value: Any, rules: dict) -> None:
+    """The declared rules of one concrete hyperparameter value."""
+    array = _concrete_array(owner, value)
+    if array is None or not array.size:
+        return
+    fix = "\n  fix: pass {} (or an array, enn.PerChainValue or optax schedule of such)."
+    if rules.get("finite", True) and not np.all(np.isfinite(array)):
+        raise SamplerError(
+            f"{owner} must be finite, got {value!r}." + fix.format("a finite number")
+        )
+    if rules.get("integer") and not np.all(array == np.round(array)):
+        raise SamplerError(f"{owner} must be a whole number, got {value!r}." + fix.format("an int"))
+    check = array
+    if rules.get("positive") and array.ndim == 2 and array.shape[0] == array.shape[1]:
+        check = np.diagonal(array)  # a dense matrix: its diagonal must be positive
+    if rules.get("positive") and not np.all(check > 0):
+        raise SamplerError(
+            f"{owner} must be positive, got {value!r}." + fix.format("a positive number")
+        )
+    if rules.get("nonnegative") and not np.all(array >= 0):
+        raise SamplerError(f"{owner} must be >= 0, got {value!r}." + fix.format("a number >= 0"))
+    maximum = rules.get("maximum")
+    if maximum is not None and not np.all(array <= maximum):
+        raise SamplerError(
+            f"{owner} must be <= {maximum}, got {value!r}." + fix.format(f"a number <= {maximum}")
+        )
+
+
+def _hyper_shape(value: Any, num_chains: int | None) -> tuple[tuple[int, ...], str] | None:
+    """The per-chain shape of a hyperparameter (and a note on where it came from), or None
+    when it cannot be known before tracing."""
+    if isinstance(value, enn.PerChainValue):
+        shape = np.shape(value.value)
+        if num_chains is not None and (not shape or shape[0] != num_chains):
+            raise SamplerError(
+                f"is an enn.PerChainValue of shape {shape}, but there are {num_chains} chains."
+                f"\n  fix: one entry per chain along the leading axis, shape ({num_chains}, ...)."
+            )
+        return shape[1:], " (per chain, after the leading chain axis)"
+    if value is None or isinstance(value, jax.core.Tracer):
+        return None
+    if callable(value):
+        try:  # a schedule: trace it at step 0 (no compilation)
+            out = jax.eval_shape(value, jax.ShapeDtypeStruct((), jnp.int32))
+        except Exception:  # noqa: BLE001 - not ours to judge: its user reports it
+            return None
+        return (tuple(out.shape), " (the schedule's value)") if hasattr(out, "shape") else None
+    return np.shape(value), ""
 
 
 class Info(eqx.Module):
@@ -145,27 +243,55 @@ class Sampler(eqx.Module):
 
     def __check_init__(self) -> None:
         # Catch impossible hyperparameters when they are concrete; schedules and traced
-        # values are checked by their users. Fields declared with
-        # `samplers.hyperparameter(positive=True)` must be positive.
+        # values are checked by their users. Fields declared with `samplers.hyperparameter`
+        # carry their rules in the field metadata.
         for field in dataclasses.fields(self):
-            if not field.metadata.get("positive", False):
+            if field.metadata.get("hyperparameter", False):
+                owner = f"{type(self).__name__}.{field.name}"
+                _check_value(owner, getattr(self, field.name, None), field.metadata)
+
+    def check_dim(self, dim: int, num_chains: int | None = None) -> None:
+        """Check the hyperparameters' shapes against the dimension (and chain count).
+
+        `samplers.run` calls this before compiling anything, so an inverse mass matrix of
+        the wrong length is reported by name rather than as a broadcasting error deep in
+        JAX. Kernels with other rules extend it.
+
+        Raises:
+            samplers.SamplerError: a hyperparameter's shape does not fit `dim`, or an
+                `enn.PerChainValue` does not have one entry per chain.
+
+        Example:
+            >>> import jax.numpy as jnp, samplers
+            >>> try:
+            ...     samplers.HMC(0.1, 5, inverse_mass_matrix=jnp.ones(5)).check_dim(3)
+            ... except samplers.SamplerError as err:
+            ...     print(str(err).splitlines()[0])
+            HMC.inverse_mass_matrix has shape (5,), but the positions have dim 3.
+        """
+        allowed = {
+            "scalar": lambda: [()],
+            "vector": lambda: [(), (dim,)],
+            "metric": lambda: [(), (dim,), (dim, dim)],
+        }
+        for field in dataclasses.fields(self):
+            if not field.metadata.get("hyperparameter", False):
                 continue
+            owner = f"{type(self).__name__}.{field.name}"
             value = getattr(self, field.name, None)
-            if isinstance(value, enn.PerChainValue):
-                value = value.value
-            if value is None or callable(value) or isinstance(value, jax.core.Tracer):
-                continue
             try:
-                array = np.asarray(value)
-            except (TypeError, ValueError):
+                found = _hyper_shape(value, num_chains)
+            except SamplerError as err:
+                raise SamplerError(f"{owner} {err}") from None
+            if found is None:
                 continue
-            if array.ndim == 2 and array.shape[0] == array.shape[1]:
-                array = np.diagonal(array)  # a dense matrix: its diagonal must be positive
-            if array.dtype.kind in "biuf" and array.size and not np.all(array > 0):
-                raise enn.EnsembleError(
-                    f"{type(self).__name__}.{field.name} must be positive, got {value!r}.\n"
-                    "  fix: pass a positive number (or array, enn.PerChainValue, optax "
-                    "schedule)."
+            shape, where = found
+            shapes = allowed[field.metadata.get("shape", "vector")]()
+            if shape not in shapes:
+                raise SamplerError(
+                    f"{owner} has shape {shape}{where}, but the positions have dim {dim}.\n"
+                    f"  fix: a hyperparameter of shape "
+                    f"{' or '.join(str(s) for s in shapes)} (dim={dim})."
                 )
 
     @abc.abstractmethod

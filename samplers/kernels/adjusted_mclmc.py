@@ -88,7 +88,7 @@ class AdjustedMCLMC(Sampler):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    num_integration_steps: Hyper = hyperparameter(positive=True)
+    num_integration_steps: Hyper = hyperparameter(positive=True, integer=True)
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
     L_proposal_factor: Hyper = math.inf
     integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")

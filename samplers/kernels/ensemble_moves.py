@@ -28,7 +28,8 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from ._base import Hyper, Info, Logdensity, Sampler, State, resolve
+from .._errors import SamplerError
+from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
 
 MIN_WALKERS = 4
@@ -198,12 +199,12 @@ class Stretch(_RedBlueMove):
         [1, 1, 1]
     """
 
-    a: Hyper = 2.0
+    a: Hyper = hyperparameter(shape="scalar", default=2.0)
 
     def __check_init__(self) -> None:
         a = _concrete(self.a)
         if a is not None and not np.all(a > 1):
-            raise enn.EnsembleError(
+            raise SamplerError(
                 f"Stretch needs a > 1 (z is drawn from [1/a, a]), got a={self.a!r}.\n  fix: "
                 "a=2.0 is the usual choice."
             )
@@ -275,20 +276,18 @@ class DifferentialEvolution(_RedBlueMove):
         [1, 1, 1]
     """
 
-    gamma: Hyper = None
-    sigma: Hyper = 1e-5
+    gamma: Hyper = hyperparameter(positive=True, default=None)
+    sigma: Hyper = hyperparameter(nonnegative=True, default=1e-5)
 
     def __check_init__(self) -> None:
         gamma, sigma = _concrete(self.gamma), _concrete(self.sigma)
         if gamma is not None and not np.all(gamma > 0):
-            raise enn.EnsembleError(
+            raise SamplerError(
                 f"DifferentialEvolution needs gamma > 0, got gamma={self.gamma!r}.\n  fix: "
                 "gamma=None uses 2.38 / sqrt(2 dim)."
             )
         if sigma is not None and not np.all(sigma >= 0):
-            raise enn.EnsembleError(
-                f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}."
-            )
+            raise SamplerError(f"DifferentialEvolution needs sigma >= 0, got sigma={self.sigma!r}.")
 
     def _gamma(self, position: Float[Array, " dim"], count: Int[Array, ""]) -> Array:
         dtype = jnp.result_type(position)

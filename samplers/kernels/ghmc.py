@@ -6,8 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-import ensemblenn as enn
-
+from .._errors import SamplerError
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
@@ -69,14 +68,14 @@ class GHMC(Sampler):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    momentum_persistence: Hyper = None
-    damping: Hyper = None
-    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
+    momentum_persistence: Hyper = hyperparameter(nonnegative=True, maximum=1.0, default=None)
+    damping: Hyper = hyperparameter(nonnegative=True, default=None)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=1.0)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     def __check_init__(self) -> None:
         if (self.momentum_persistence is None) == (self.damping is None):
-            raise enn.EnsembleError(
+            raise SamplerError(
                 "GHMC needs exactly one of momentum_persistence (alpha, the fraction of the "
                 "momentum kept each step) and damping (gamma, alpha = exp(-gamma * "
                 "step_size)).\n  fix: samplers.GHMC(step_size=0.1, momentum_persistence=0.9)"

@@ -51,8 +51,8 @@ class HMC(Sampler):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    num_integration_steps: Hyper = hyperparameter(positive=True)
-    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)
+    num_integration_steps: Hyper = hyperparameter(positive=True, integer=True)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=1.0)
     jitter: bool = eqx.field(static=True, default=False)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 

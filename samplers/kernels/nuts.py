@@ -10,9 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-import ensemblenn as enn
-
-from .._errors import SamplerTypeError
+from .._errors import SamplerError, SamplerTypeError
 from ..integrators import (
     LogdensityAndGrad,
     kinetic_energy,
@@ -189,7 +187,7 @@ class NUTS(Sampler):
     default_target_acceptance: ClassVar[float] = 0.8
 
     step_size: Hyper = hyperparameter(positive=True)
-    inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=None)
+    inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=None)
     max_tree_depth: int = eqx.field(static=True, default=10)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
@@ -203,7 +201,7 @@ class NUTS(Sampler):
                 f"samplers.NUTS(step_size=..., max_tree_depth=10)"
             )
         if not 1 <= depth <= MAX_TREE_DEPTH_LIMIT:
-            raise enn.EnsembleError(
+            raise SamplerError(
                 f"NUTS.max_tree_depth must be between 1 and {MAX_TREE_DEPTH_LIMIT}, got "
                 f"{depth}.\n  fix: samplers.NUTS(step_size=..., max_tree_depth=10) (a "
                 f"transition takes at most 2^max_tree_depth - 1 leapfrog steps)"

@@ -22,8 +22,10 @@ a batch drawn independently of the position), so a step costs one gradient evalu
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._errors import SamplerError, SamplerTypeError
 from ._base import Hyper, Info, Sampler, State, hyperparameter, resolve
 from ._transition import all_finite, select
 
@@ -72,6 +74,26 @@ class _StochasticGradient(Sampler):
     """Shared pieces: minibatch drawing and the gradient estimate."""
 
     adjusted = False  # no Metropolis correction: acceptance is 1 (0 if non-finite)
+
+    def __check_init__(self) -> None:
+        # Both fix array shapes (the batch) and the index range: Python ints only.
+        kernel = type(self).__name__
+        for name in ("batch_size", "num_data"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise SamplerTypeError(
+                    f"{kernel}.{name} must be a Python int, got {value!r} "
+                    f"({type(value).__name__}); it fixes the minibatch's shape.\n  fix: "
+                    f"{kernel}(step_size=..., batch_size=32, num_data=len(data))."
+                )
+        if self.num_data < 1:
+            raise SamplerError(f"{kernel}.num_data must be >= 1, got {self.num_data}.")
+        if not self.replace and self.batch_size > self.num_data:
+            raise SamplerError(
+                f"{kernel}.batch_size={self.batch_size} exceeds num_data={self.num_data}, "
+                "so a batch cannot be drawn without replacement.\n  fix: a batch_size <= "
+                "num_data, or replace=True."
+            )
 
     def batch_indices(self, key: PRNGKeyArray) -> Int[Array, " batch_size"]:
         """This chain's minibatch: `batch_size` indices into the data.
@@ -124,9 +146,9 @@ class SGLD(_StochasticGradient):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    batch_size: int = hyperparameter(positive=True, static=True)
+    batch_size: int = hyperparameter(positive=True, integer=True, static=True)
     num_data: int = eqx.field(static=True)
-    temperature: Hyper = 1.0
+    temperature: Hyper = hyperparameter(nonnegative=True, default=1.0)
     replace: bool = eqx.field(static=True, default=True)
 
     def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGLDState:
@@ -196,10 +218,10 @@ class SGHMC(_StochasticGradient):
     """
 
     step_size: Hyper = hyperparameter(positive=True)
-    batch_size: int = hyperparameter(positive=True, static=True)
+    batch_size: int = hyperparameter(positive=True, integer=True, static=True)
     num_data: int = eqx.field(static=True)
-    friction: Hyper = 0.1
-    temperature: Hyper = 1.0
+    friction: Hyper = hyperparameter(positive=True, maximum=1.0, default=0.1)
+    temperature: Hyper = hyperparameter(nonnegative=True, default=1.0)
     replace: bool = eqx.field(static=True, default=True)
 
     def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGHMCState:
