@@ -19,10 +19,6 @@ from ._prepare import prepare
 from ._progress import Progress
 from ._result import Result
 from ._setup import make_setup
-<<<<<<< HEAD
-from ._validate import check_inputs, check_key, check_logdensity, check_options
-from ._verdict import ConvergenceWarning
-=======
 from ._validate import (
     check_inputs,
     check_key,
@@ -31,7 +27,7 @@ from ._validate import (
     check_run_flags,
     check_sampler_dim,
 )
->>>>>>> main
+from ._verdict import ConvergenceWarning
 
 
 def run(
