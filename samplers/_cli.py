@@ -170,20 +170,7 @@ def start_jax(devices: int, cache: bool) -> None:
 def _enable_cache() -> None:
     import samplers
 
-    enable = getattr(samplers, "enable_compilation_cache", None)
-    if enable is not None:
-        enable()
-        return
-    # TODO: samplers.enable_compilation_cache (samplers/_compilation_cache.py) replaces this
-    # once it is on main; the same public JAX options, in the same per-user folder.
-    import jax
-
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "ensemblenn", "jax")
-    os.makedirs(folder, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    samplers.enable_compilation_cache()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,19 +106,6 @@ class MCLMCTuning(Adaptation):
         return tuned, p1.state, info
 
 
-def _window(sampler: Sampler, num_steps: int, metric: str | None) -> Adaptation:
-    from . import adaptation
-
-    return adaptation.WindowAdaptation(num_steps=num_steps, metric=metric)
-
-
-def window_available() -> bool:
-    """Whether this version has `samplers.WindowAdaptation` (the default tuning)."""
-    from . import adaptation
-
-    return hasattr(adaptation, "WindowAdaptation")
-
-
 def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, Any, str]:
     """`(sampler, adaptation, description)` for `--sampler name`."""
     import samplers
@@ -135,7 +122,7 @@ def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, A
         "rwm": lambda: samplers.RandomWalk(step_size=h),
         "mala": lambda: samplers.MALA(step_size=h),
         "hmc": lambda: samplers.HMC(step_size=h, num_integration_steps=10),
-        "ghmc": lambda: samplers.GHMC(step_size=h),
+        "ghmc": lambda: samplers.GHMC(step_size=h, damping=1.0),
         "nuts": lambda: samplers.NUTS(step_size=h),
         "mclmc": lambda: samplers.MCLMC(step_size=h, L=3.0),
         "adjusted-mclmc": lambda: samplers.AdjustedMCLMC(step_size=h, num_integration_steps=10),
@@ -143,9 +130,8 @@ def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, A
     label = type(kernel).__name__
     if not adapt or warmup == 0:
         return kernel, None, f"{label} with the fixed step size {h} (no adaptation)"
-    if not window_available():  # TODO: remove once WindowAdaptation is on main
-        return kernel, None, f"{label} with the fixed step size {h} (no WindowAdaptation yet)"
-    metric = None if name in ("rwm", "adjusted-mclmc") else "diagonal"
-    adaptation = _window(kernel, warmup, metric)
+    # MALA has no metric field: WindowAdaptation tunes its step size only.
+    metric = None if name == "mala" else "diagonal"
+    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric=metric)
     what = "step size" + (" and diagonal metric" if metric else "")
     return kernel, adaptation, f"{label}, {what} tuned by WindowAdaptation over {warmup} steps"
