@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from samplers import _cli
-from samplers._cli_kernels import SAMPLERS, window_available
+from samplers._cli_kernels import SAMPLERS
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -139,7 +139,6 @@ def test_ctrl_c_without_a_checkpoint():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not window_available(), reason="needs samplers.WindowAdaptation")
 @pytest.mark.parametrize("target", ["gaussian", "logistic"])
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_every_sampler_converges_with_defaults(sampler, target, capsys):
