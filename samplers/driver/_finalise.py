@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -9,13 +10,32 @@ import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import diagnostics as diag
+from ..kernels import Logdensity
+from ._flat import Structure
 from ._moments import ChainMoments
-from ._result import Diagnostics, Result
+from ._result import Diagnostics, Result, Unconstrained
 from ._setup import Setup
 
 
+def _diagnose_both(
+    moments: ChainMoments,
+    reference: Any,
+    superchain_size: int | None,
+    position: Structure,
+    observed: Structure | None,
+) -> tuple[Diagnostics, Diagnostics]:
+    """`(diagnostics of the observable, of the position)`, each unravelled into its own
+    structure (the same when the target has no observable)."""
+    if observed is None:
+        diagnostics = _diagnose(moments, reference, superchain_size).unravel(position)
+        return diagnostics, diagnostics
+    unconstrained = _diagnose(moments, None, superchain_size).unravel(position)
+    constrained = _diagnose(moments.observed, reference, superchain_size).unravel(observed)
+    return constrained, unconstrained
+
+
 def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None) -> Diagnostics:
-    """Ensemble diagnostics from every chain's moments (identical on every device)."""
+    """Flat ensemble diagnostics from every chain's moments (identical on every device)."""
 
     half_mean, half_var = moments.half_mean_var()
     mean, var = moments.chain_mean_var()
@@ -35,7 +55,7 @@ def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None
     ens_second = enn.chain_mean(moments.second_moment)
     b2_max = b2_mean = None
     if reference is not None:
-        observed_second = enn.chain_mean(moments.observable_second_moment)
+        observed_second = enn.chain_mean(moments.second_moment)
         b2_max, b2_mean = diag.bias_squared(
             observed_second, reference.second_moment, reference.second_moment_var
         )
@@ -61,31 +81,89 @@ def on_mesh_of(x: Any, fn: Any) -> Any:
         return fn(x)
 
 
-def finalise(setup: Setup, at: Any) -> Result:
-    """The `Result` of a run whose loop has ended at `at` (a `Sampled`)."""
+def _observe_draws(logdensity: Logdensity, draws: Any, observe: bool, lp: bool) -> tuple[Any, Any]:
+    """One chain's thinned draws `(draws, dim)`: their observable and log density."""
+    observed = jax.vmap(logdensity.observable)(draws) if observe else None
+    return observed, (jax.vmap(logdensity)(draws) if lp else None)
+
+
+def _draw_outputs(setup: Setup, logdensity: Logdensity, trace: Any) -> tuple[Any, Any]:
+    """`(observable trace (flat), log density per draw)` of the kept draws: computed once
+    at the end from the flat position trace, which is all a run (and a checkpoint) holds."""
+    lp = True
+    try:
+        jax.eval_shape(logdensity, setup.position.ravel(setup.position.one_chain()))
+    except TypeError:
+        lp = False  # a minibatch log density (position, indices): no per-draw value
+    observe = setup.observed is not None
+    if not (observe or lp):
+        return None, None
+    outputs = enn.ensemble_map(
+        _observe_draws, in_roles=(None, PER_CHAIN, None, None), out_roles=PER_CHAIN,
+        **setup.mapping,
+    )  # fmt: skip
+    return outputs(logdensity, trace, observe, lp)
+
+
+def _grads_history(setup: Setup, bias_grads: Any) -> Any:
+    """The ensemble's gradients per chain after each sampling step, `(num_steps,)`, from the
+    slots spread over the chains (chain `c` holds steps `c, c + n, ...`)."""
+    if bias_grads is None:
+        return None
+    return on_mesh_of(bias_grads, lambda g: g.T.reshape(-1)[: setup.num_steps])
+
+
+def finalise(setup: Setup, at: Any, logdensity: Logdensity | None = None) -> Result:
+    """The `Result` of a run whose loop has ended at `at` (a `Sampled`); `logdensity` is
+    the (flat) log density the chains used, for the observable of the kept draws."""
     diagnose = enn.ensemble_map(
-        _diagnose, in_roles=(PER_CHAIN, BROADCAST, None), out_roles=BROADCAST, **setup.mapping
+        _diagnose_both,
+        in_roles=(PER_CHAIN, BROADCAST, None, None, None),
+        out_roles=BROADCAST,
+        **setup.mapping,
     )
     carry = at.carry
-    diagnostics = diagnose(carry.moments, setup.reference, setup.superchain_size)
+    diagnostics, unconstrained = diagnose(
+        carry.moments, setup.reference, setup.superchain_size, setup.position, setup.observed
+    )
 
     def joined(parts: list, axis: int) -> Any:
         if not parts:
             return None
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
+    flat_trace = joined(at.trace, axis=1)
+    trace = draw_logdensity = None
+    position_trace = None
+    if flat_trace is not None:
+        position_trace = on_mesh_of(flat_trace, setup.position.unravel)
+        trace = position_trace
+        if logdensity is not None:
+            observed, draw_logdensity = _draw_outputs(setup, logdensity, flat_trace)
+            if observed is not None:
+                trace = on_mesh_of(observed, setup.observed.unravel)
+    state = eqx.tree_at(
+        lambda s: s.position,
+        carry.state,
+        on_mesh_of(carry.state.position, setup.position.unravel),
+    )
     return Result(
-        state=carry.state,
+        state=state,
         sampler=at.sampler,
         moments=carry.moments,
         diagnostics=diagnostics,
         acceptance_rate=carry.acceptance / setup.total,
         num_divergent=carry.divergent,
         num_grads=carry.grads,
-        trace=joined(at.trace, axis=1),
+        trace=trace,
         bias_history=joined(at.bias_history, axis=0),
         adaptation_info=at.adaptation_info,
         num_steps=setup.num_steps,
         num_warmup=setup.num_warmup,
         superchain_size=setup.superchain_size,
+        unconstrained=Unconstrained(diagnostics=unconstrained, trace=position_trace),
+        draw_logdensity=draw_logdensity,
+        grads_history=_grads_history(setup, carry.bias_grads),
+        reference=setup.reference,
+        structure=setup.observed if setup.observed is not None else setup.position,
     )

@@ -3,7 +3,6 @@
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import ensemblenn as enn
@@ -12,18 +11,19 @@ from ..adaptation import Adaptation
 from ..kernels import Sampler
 
 
-def check_logdensity(logdensity: Any, positions: Any) -> None:
-    """The log-density must map one position to a scalar."""
-    one = jax.ShapeDtypeStruct(np.shape(positions)[1:], positions.dtype)
+def check_logdensity(logdensity: Any, one: Any) -> None:
+    """The log-density must map one chain's position (`one`: its pytree of
+    `jax.ShapeDtypeStruct`) to a scalar."""
     try:
         out = jax.eval_shape(logdensity, one)
     except TypeError:
         return  # e.g. a minibatch log-density (position, indices): its kernel checks it
     if not hasattr(out, "shape") or out.shape != ():
         shape = getattr(out, "shape", type(out).__name__)
+        given = jax.tree.map(lambda x: x.shape, one)
         raise enn.EnsembleError(
             f"logdensity must return a scalar for ONE position of shape "
-            f"{np.shape(positions)[1:]}, but it returns {shape}.\n  fix: sum the terms, e.g. "
+            f"{given}, but it returns {shape}.\n  fix: sum the terms, e.g. "
             "return jnp.sum(log_terms); samplers.run maps it over the chains itself."
         )
 
@@ -118,20 +118,18 @@ def check_inputs(
             raise enn.EnsembleError(f"{name} must be an int >= {low}, got {value!r}.")
     if thin is not None and (not isinstance(thin, int) or thin < 1 or thin > num_steps):
         raise enn.EnsembleError(f"thin must be None or an int in [1, num_steps], got {thin!r}.")
-    shape = np.shape(positions)
-    if len(shape) != 2:
+    if hasattr(positions, "shape") and hasattr(positions, "dtype") and np.ndim(positions) < 2:
         raise enn.EnsembleError(
-            f"positions must have shape (num_chains, dim), got shape {shape}.\n  fix: stack one "
-            "initial position per chain, e.g. jnp.zeros((num_chains, dim))."
+            f"positions must have shape (num_chains, dim), got shape {np.shape(positions)}.\n"
+            "  fix: stack one initial position per chain, e.g. jnp.zeros((num_chains, dim)), "
+            "or pass a pytree of such arrays (e.g. {'mu': jnp.zeros(num_chains)})."
         )
-    dtype = positions.dtype if hasattr(positions, "dtype") else np.asarray(positions).dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise enn.EnsembleError(
-            f"positions must be floating point, got dtype {dtype}.\n  fix: "
-            "positions.astype(jnp.float32)."
-        )
-    if not isinstance(positions, jax.core.Tracer):
-        finite = np.isfinite(np.asarray(positions))
+
+
+def check_finite(flat: Any) -> None:
+    """Every chain starts at a finite point (`flat`: the raveled `(num_chains, dim)`)."""
+    if not isinstance(flat, jax.core.Tracer):
+        finite = np.isfinite(np.asarray(flat))
         if not finite.all():
             bad = np.argwhere(~finite.all(axis=1)).ravel()[:5].tolist()
             raise enn.EnsembleError(
