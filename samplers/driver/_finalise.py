@@ -1,5 +1,6 @@
 """The end of a run: ensemble diagnostics on device, and the `Result`."""
 
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -81,39 +82,41 @@ def on_mesh_of(x: Any, fn: Any) -> Any:
         return fn(x)
 
 
-def _observe_draws(logdensity: Logdensity, draws: Any, observe: bool, lp: bool) -> tuple[Any, Any]:
-    """One chain's thinned draws `(draws, dim)`: their observable and log density."""
-    observed = jax.vmap(logdensity.observable)(draws) if observe else None
-    return observed, (jax.vmap(logdensity)(draws) if lp else None)
+def _unravel_chain(
+    logdensity: Logdensity,
+    position: Structure,
+    observed: Structure | None,
+    final: Any,
+    draws: Any,
+    lp: bool,
+) -> tuple[Any, Any, Any, Any]:
+    """One chain's outputs in the user's structures: its final position, its thinned draws
+    `(draws, dim)` as positions and as observables, and their log densities."""
+    final = position.unravel(final)
+    if draws is None:
+        return final, None, None, None
+    observe = observed is not None
+    trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
+    return final, position.unravel(draws), trace, (jax.vmap(logdensity)(draws) if lp else None)
 
 
-def _draw_outputs(setup: Setup, logdensity: Logdensity, trace: Any) -> tuple[Any, Any]:
-    """`(observable trace (flat), log density per draw)` of the kept draws: computed once
-    at the end from the flat position trace, which is all a run (and a checkpoint) holds."""
-    lp = True
+def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
     try:
-        jax.eval_shape(logdensity, setup.position.ravel(setup.position.one_chain()))
+        jax.eval_shape(
+            logdensity, jax.ShapeDtypeStruct((setup.position.dim,), setup.position.dtype)
+        )
     except TypeError:
-        lp = False  # a minibatch log density (position, indices): no per-draw value
-    observe = setup.observed is not None
-    if not (observe or lp):
-        return None, None
-    outputs = enn.ensemble_map(
-        _observe_draws, in_roles=(None, PER_CHAIN, None, None), out_roles=PER_CHAIN,
-        **setup.mapping,
-    )  # fmt: skip
-    return outputs(logdensity, trace, observe, lp)
+        return False  # a minibatch log density (position, indices): no per-draw value
+    return True
 
 
-def _grads_history(setup: Setup, bias_grads: Any) -> Any:
+def _grads_history(bias_grads: Any, num_steps: int) -> Any:
     """The ensemble's gradients per chain after each sampling step, `(num_steps,)`, from the
     slots spread over the chains (chain `c` holds steps `c, c + n, ...`)."""
-    if bias_grads is None:
-        return None
-    return on_mesh_of(bias_grads, lambda g: g.T.reshape(-1)[: setup.num_steps])
+    return enn.chain_all_gather(bias_grads).T.reshape(-1)[:num_steps]
 
 
-def finalise(setup: Setup, at: Any, logdensity: Logdensity | None = None) -> Result:
+def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
     """The `Result` of a run whose loop has ended at `at` (a `Sampled`); `logdensity` is
     the (flat) log density the chains used, for the observable of the kept draws."""
     diagnose = enn.ensemble_map(
@@ -133,20 +136,25 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity | None = None) -> Res
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
     flat_trace = joined(at.trace, axis=1)
-    trace = draw_logdensity = None
-    position_trace = None
-    if flat_trace is not None:
-        position_trace = on_mesh_of(flat_trace, setup.position.unravel)
-        trace = position_trace
-        if logdensity is not None:
-            observed, draw_logdensity = _draw_outputs(setup, logdensity, flat_trace)
-            if observed is not None:
-                trace = on_mesh_of(observed, setup.observed.unravel)
-    state = eqx.tree_at(
-        lambda s: s.position,
-        carry.state,
-        on_mesh_of(carry.state.position, setup.position.unravel),
-    )
+    outputs = enn.ensemble_map(
+        _unravel_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
+        out_roles=PER_CHAIN, **setup.mapping,
+    )  # fmt: skip
+    state, position_trace, trace, draw_logdensity = carry.state, None, None, None
+    if flat_trace is not None or not setup.position.plain:  # else nothing to unravel
+        final, position_trace, trace, draw_logdensity = outputs(
+            logdensity, setup.position, setup.observed, carry.state.position, flat_trace,
+            flat_trace is not None and _takes_one_position(setup, logdensity),
+        )  # fmt: skip
+        state = eqx.tree_at(lambda s: s.position, carry.state, final)
+    trace = position_trace if trace is None else trace
+    grads_history = None
+    if carry.bias_grads is not None:
+        history = enn.ensemble_map(
+            functools.partial(_grads_history, num_steps=setup.num_steps),
+            in_roles=PER_CHAIN, out_roles=BROADCAST, **setup.mapping,
+        )  # fmt: skip
+        grads_history = history(carry.bias_grads)
     return Result(
         state=state,
         sampler=at.sampler,
@@ -163,7 +171,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity | None = None) -> Res
         superchain_size=setup.superchain_size,
         unconstrained=Unconstrained(diagnostics=unconstrained, trace=position_trace),
         draw_logdensity=draw_logdensity,
-        grads_history=_grads_history(setup, carry.bias_grads),
+        grads_history=grads_history,
         reference=setup.reference,
         structure=setup.observed if setup.observed is not None else setup.position,
     )

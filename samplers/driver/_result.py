@@ -74,10 +74,10 @@ class Unconstrained(eqx.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
-        >>> class Lognormal(samplers.targets.StandardNormal):   # observe exp(x)
+        >>> class Lognormal(samplers.targets.IllConditionedGaussian):   # observe exp(x)
         ...     def observable(self, x):
         ...         return {"y": jnp.exp(x)}
-        >>> result = samplers.run(samplers.MALA(0.8), Lognormal(dim=1), jnp.zeros((8, 1)),
+        >>> result = samplers.run(samplers.MALA(0.8), Lognormal(1, 1.0), jnp.zeros((8, 1)),
         ...                       key=jax.random.key(0), num_steps=20, thin=10, progress=False)
         >>> result.trace["y"].shape, result.unconstrained.trace.shape
         ((8, 2, 1), (8, 2, 1))
@@ -166,7 +166,7 @@ class Result(eqx.Module):
 
         Example:
             >>> import jax, jax.numpy as jnp, samplers
-            >>> target = samplers.targets.StandardNormal(dim=2)
+            >>> target = samplers.targets.IllConditionedGaussian(2, 1.0)
             >>> result = samplers.run(samplers.HMC(0.5, 4), target, jnp.ones((8, 2)),
             ...                       key=jax.random.key(0), num_steps=6, track_bias=True,
             ...                       progress=False)
@@ -205,7 +205,7 @@ class Result(eqx.Module):
 
         Example:
             >>> import jax, jax.numpy as jnp, samplers
-            >>> target = samplers.targets.StandardNormal(dim=2)
+            >>> target = samplers.targets.IllConditionedGaussian(2, 1.0)
             >>> result = samplers.run(samplers.HMC(0.5, 4), target, jnp.ones((64, 2)),
             ...                       key=jax.random.key(0), num_steps=200, track_bias=True,
             ...                       progress=False)
