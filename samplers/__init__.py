@@ -14,7 +14,7 @@ from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles
 from . import targets
 from .adaptation import LAPS, MEADS, Adaptation, AdaptationInfo, ChEES, EnsembleAdaptation
 from .checkpoint import CheckpointError, CheckpointMismatchError
-from .driver import ChainMoments, Diagnostics, Result, run
+from .driver import ChainMoments, Diagnostics, PositionsError, Result, Unconstrained, run
 from .kernels import (
     GHMC,
     HMC,
@@ -98,6 +98,8 @@ __all__ = [
     # reliability
     "CheckpointError",
     "CheckpointMismatchError",
+    "PositionsError",
+    "Unconstrained",
     # submodules
     "adaptation",
     "arviz",

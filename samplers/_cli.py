@@ -185,15 +185,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _diagnostics_json(result: Any, seconds: float) -> dict:
+    import jax
     import numpy as np
 
     d = result.diagnostics
 
-    def listify(x: Any) -> Any:
-        return None if x is None else np.asarray(x).tolist()
+    def listify(x: Any) -> Any:  # a pytree's coordinates in the order of `names`
+        leaves = [np.ravel(np.asarray(v)) for v in jax.tree.leaves(x)]
+        return None if x is None else np.concatenate(leaves).tolist()
 
     return {
         "num_chains": result.num_chains,
+        "names": list(result.names),
         "num_steps": result.num_steps,
         "wall_seconds": seconds,
         "acceptance_rate": float(np.mean(result.acceptance_rate)),
@@ -201,6 +204,6 @@ def _diagnostics_json(result: Any, seconds: float) -> dict:
         "rhat": listify(d.rhat),
         "nested_rhat": listify(d.nested_rhat),
         "ess": listify(d.ess),
-        "bias_squared_max": listify(d.bias_squared_max),
-        "bias_squared_mean": listify(d.bias_squared_mean),
+        "bias_squared_max": None if d.bias_squared_max is None else float(d.bias_squared_max),
+        "bias_squared_mean": None if d.bias_squared_mean is None else float(d.bias_squared_mean),
     }

@@ -7,8 +7,9 @@ Following a parameter from `samplers.run` to the `shard_map`: `_run.run` resolve
 `jax.shard_map` (`ensemblenn/_ensemble_map.py`).
 """
 
+from ._flat import PositionsError
 from ._moments import ChainMoments
-from ._result import Diagnostics, Result
+from ._result import Diagnostics, Result, Unconstrained
 from ._run import run
 
-__all__ = ["ChainMoments", "Diagnostics", "Result", "run"]
+__all__ = ["ChainMoments", "Diagnostics", "PositionsError", "Result", "Unconstrained", "run"]
