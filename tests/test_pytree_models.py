@@ -22,8 +22,8 @@ SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0], np.float32)
 # Posterior means of mu and tau for mu ~ N(0, 5), tau ~ HalfCauchy(5), computed ONCE with
 # NumPyro 0.22 NUTS (target_accept_prob=0.9, 4 chains x 100_000 draws after 2_000 warmup,
 # key 2024, non-centred model): value, Monte Carlo standard error.
-REF_MU, REF_MU_MCSE = 4.3886, 0.0121
-REF_TAU, REF_TAU_MCSE = 3.6030, 0.0131
+REF_MU, REF_MU_MCSE = 4.3888, 0.0056
+REF_TAU, REF_TAU_MCSE = 3.6071, 0.0061
 
 
 def _normal(x, mean, sd):
@@ -33,8 +33,8 @@ def _normal(x, mean, sd):
 class EightSchools(eqx.Module):
     """Non-centred eight schools over `{"mu": (), "log_tau": (), "theta_z": (8,)}`."""
 
-    y: jax.Array = enn.broadcast(converter=jnp.asarray, default=Y)
-    sigma: jax.Array = enn.broadcast(converter=jnp.asarray, default=SIGMA)
+    y: jax.Array = enn.broadcast(converter=jnp.asarray, default_factory=lambda: Y)
+    sigma: jax.Array = enn.broadcast(converter=jnp.asarray, default_factory=lambda: SIGMA)
 
     def __call__(self, p):
         tau = jnp.exp(p["log_tau"])
@@ -62,12 +62,12 @@ def eight_schools_start(num_chains, key=jax.random.key(7)):
     }
 
 
-def assert_eight_schools_means(result):
+def assert_eight_schools_means(result, names=("mu", "tau", "theta")):
     """Constrained means against the reference: within 5 Monte Carlo standard errors of the
     run (from its own ESS, floored so the tolerance cannot be vacuous) plus the
     reference's."""
     d = result.diagnostics
-    assert set(d.mean) == {"mu", "tau", "theta"} and d.mean["theta"].shape == (8,)
+    assert set(d.mean) == set(names) and d.mean["theta"].shape == (8,)
     for name, ref, ref_se in (("mu", REF_MU, REF_MU_MCSE), ("tau", REF_TAU, REF_TAU_MCSE)):
         ess = float(d.ess[name])
         assert ess > 300, (name, ess)

@@ -70,7 +70,9 @@ def test_bias_uses_the_targets_observable():
         thin=1,
         progress=False,
     )
-    observed = jax.vmap(jax.vmap(funnel.observable))(result.trace)
+    # result.trace holds the observable's draws; the positions are result.unconstrained's.
+    observed = jax.vmap(jax.vmap(funnel.observable))(result.unconstrained.trace)
+    np.testing.assert_allclose(result.trace, observed, rtol=1e-6)
     expected = samplers.diagnostics.bias_squared(
         (observed**2).mean((0, 1)),
         funnel.reference.second_moment,

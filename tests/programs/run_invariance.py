@@ -32,6 +32,7 @@ np.savez(
     acceptance=np.asarray(result.acceptance_rate),
 )
 
+
 # Pytree positions (a dict, one scalar and one matrix leaf): the driver ravels them once,
 # so they are as invariant as flat ones.
 def _pytree_logdensity(p):
