@@ -12,8 +12,8 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
+from ensemblenn._exact_division import exact_divisions
 
-from ._exact_division import exact_divisions
 from ._params import _num_data, _params
 
 LossFn = Callable[[PyTree, PyTree], Float[Array, ""]]

@@ -8,7 +8,8 @@ common-subexpression elimination first, which merges the identical broadcasts of
 scalar. Adam divides every parameter leaf by the same bias correction `1 - b**t`, so on one
 device those leaves were multiplied by a reciprocal and on two or more they were divided by
 a product (measured on CPU, jax 0.10.2: leaves with a shape shared by another leaf differ in
-the last bit after one step).
+the last bit after one step). MEADS's fold estimates (means divided by a fold's share, many
+of them by the same broadcast) differed between one and four devices the same way.
 
 `exact_divisions(fn)` evaluates `fn` with both operands of each floating-point division
 behind an `optimization_barrier` (the divisor broadcast to the result's shape first), so no
