@@ -187,7 +187,7 @@ def test_training_gives_the_same_bits_on_1_2_and_4_devices(optimizer):
 def test_exact_divisions_divide_as_written():
     """XLA rewrites `x / s / d` to `x / (s * d)` and `x / s` (scalar s) to `x * (1 / s)`;
     `exact_divisions` keeps both as written, so they match numpy's float32 divisions."""
-    from ensemblenn._exact_division import exact_divisions
+    exact_divisions = enn.exact_divisions
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(1000).astype(np.float32)

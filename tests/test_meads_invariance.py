@@ -4,7 +4,7 @@ Each device count runs in a fresh process (tests/programs/meads_invariance.py). 
 estimates divide many means by the same broadcast fold share; XLA rewrote those divisions
 one way on one device (`x * (1 / share)`) and another on several (CSE, which runs only when
 partitioning, merges the broadcasts, and `(a / b) / c` becomes `a / (b * c)`), so before
-`_fold_estimates` kept its divisions as written (`ensemblenn._exact_division`) the tuned
+`_fold_estimates` kept its divisions as written (`enn.exact_divisions`) the tuned
 step sizes and inverse mass matrices differed in the last bits, and the positions by 3e-5.
 """
 
@@ -15,15 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from samplers.adaptation import meads
-
 PROGRAM = Path(__file__).parent / "programs" / "meads_invariance.py"
-
-pytestmark = pytest.mark.xfail(
-    not hasattr(meads._fold_estimates, "__wrapped__"),
-    strict=True,
-    reason="needs the fix in /work/briefs/meads_invariance.patch (exact_divisions)",
-)
 
 
 @pytest.fixture(scope="module")

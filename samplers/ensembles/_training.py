@@ -12,7 +12,6 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
-from ensemblenn._exact_division import exact_divisions
 
 from ._params import _num_data, _params
 
@@ -199,7 +198,7 @@ def train_step(
     params, rest = eqx.partition(member.model, eqx.is_inexact_array)
     loss, grads = jax.value_and_grad(lambda p: loss_fn(eqx.combine(p, rest), batch))(params)
     # Divisions kept as written (Adam's bias corrections): the same bits on any device count.
-    updates, opt_state = exact_divisions(optimizer.update)(grads, member.opt_state, params)
+    updates, opt_state = enn.exact_divisions(optimizer.update)(grads, member.opt_state, params)
     return DeepEnsemble(eqx.apply_updates(member.model, updates), opt_state), loss
 
 
