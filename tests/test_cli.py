@@ -138,9 +138,29 @@ def test_ctrl_c_without_a_checkpoint():
     assert line.startswith("interrupted") and "resume" not in line, err
 
 
+# Measured (jax 0.10.2, 4 CPU devices): 13 of the 16 combinations converge with the defaults
+# at this size. The three that do not, each for a reason the docs (how-to/cli.md) give:
+_SLOW_MIXING = {
+    ("rwm", "gaussian"): "a random walk needs O(d) steps per independent draw: nested R-hat "
+    "1.017 after 400 steps",
+    ("rwm", "logistic"): "a random walk needs O(d) steps per independent draw: nested R-hat "
+    "1.016 after 400 steps",
+    ("mala", "gaussian"): "MALA has no metric: its step is set by the smallest scale (sd 1) "
+    "and the largest (sd 10) mixes ~100x slower; nested R-hat 1.07, min ESS 151",
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["gaussian", "logistic"])
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize(
+    ("sampler", "target"),
+    [
+        pytest.param(s, t, marks=[pytest.mark.xfail(strict=True, reason=_SLOW_MIXING[s, t])])
+        if (s, t) in _SLOW_MIXING
+        else (s, t)
+        for t in ("gaussian", "logistic")
+        for s in SAMPLERS
+    ],
+)
 def test_every_sampler_converges_with_defaults(sampler, target, capsys):
     dim = ["--dim", "10"] if target == "gaussian" else []
     code = _cli.main(["run", "--target", target, *dim, "--sampler", sampler, "--chains", "64",
