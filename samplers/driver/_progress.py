@@ -56,8 +56,11 @@ class Progress:
         if self.bar is None and self._enabled:
             from tqdm.auto import tqdm
 
+            # mininterval=0: the bar moves between chunks only (a few times a run), and each
+            # of those frames must show, whatever the machine's load.
             self.bar = tqdm(total=self._total, initial=initial, unit="step", desc="ensemble",
-                            leave=True, file=self._file, bar_format=_FORMAT)  # fmt: skip
+                            leave=True, file=self._file, bar_format=_FORMAT,
+                            mininterval=0)  # fmt: skip
 
     def _show(self, pending: int = 0) -> None:
         """Set the postfix; with `pending` steps about to be added, let `update` draw it."""

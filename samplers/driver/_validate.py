@@ -11,6 +11,7 @@ import ensemblenn as enn
 
 from .._errors import SamplerError, SamplerTypeError
 from ..adaptation import Adaptation
+from ..checkpoint import CheckpointError
 from ..kernels import Sampler
 
 
@@ -99,10 +100,12 @@ def check_options(
     track_bias: Any,
 ) -> None:
     """The options whose mistakes would otherwise surface late (after every step ran)."""
-    # checkpoint_every is the checkpoint package's to check (a CheckpointError).
-    for name, value in (("chunk_size", chunk_size),):
+    for name, value, error in (
+        ("chunk_size", chunk_size, SamplerError),
+        ("checkpoint_every", checkpoint_every, CheckpointError),  # a SamplerError too
+    ):
         if value is not None and (not _is_int(value) or value < 1):
-            raise (SamplerError if _is_int(value) else SamplerTypeError)(
+            raise (error if _is_int(value) else SamplerTypeError)(
                 f"{name} must be None or an int >= 1, got {value!r}.\n  fix: {name}=None "
                 "(the default) or a positive number of steps."
             )
