@@ -60,7 +60,7 @@ def listening_addresses() -> list[str]:
 
 import samplers  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "samplers", "checkpoint"))
 from test_multiprocess import make_run, outcome  # noqa: E402
 
 assert jax.device_count() == 4, jax.devices()

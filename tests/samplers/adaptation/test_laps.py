@@ -32,7 +32,7 @@ import ensemblenn as enn
 import samplers
 from samplers.adaptation import LAPSInfo
 
-PROGRAM = Path(__file__).parent / "programs" / "laps_invariance.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "laps_invariance.py"
 
 
 def _hyperparameters(sampler):

@@ -14,7 +14,7 @@ import ensemblenn as enn
 import samplers
 import samplers.distributed as dist
 
-PROGRAM = Path(__file__).parent / "programs" / "multiprocess_run.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "multiprocess_run.py"
 
 
 def make_run(mesh_kind="auto"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PROGRAM = Path(__file__).parent / "programs" / "meads_invariance.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "meads_invariance.py"
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,7 @@ def test_summary_table_truncates_large_dimensions():
 
 
 def test_one_and_four_devices_agree(tmp_path):
-    program = Path(__file__).parent / "programs" / "run_invariance.py"
+    program = Path(__file__).parents[2] / "programs" / "run_invariance.py"
     out = {}
     for n in (1, 4):
         subprocess.run(

@@ -14,7 +14,7 @@ import ensemblenn as enn
 import samplers
 from samplers import checkpoint
 
-PROGRAM = Path(__file__).parent / "programs" / "nuts_invariance.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "nuts_invariance.py"
 
 
 def chain_step_counts(kernel, logdensity, positions, key, num_steps):

@@ -271,7 +271,7 @@ def test_observable_leaves_are_checked():
 
 
 def test_pytree_positions_bitwise_on_1_2_4_devices(tmp_path):
-    program = Path(__file__).parent / "programs" / "run_invariance.py"
+    program = Path(__file__).parents[2] / "programs" / "run_invariance.py"
     procs = {
         n: subprocess.Popen([sys.executable, str(program), str(n), str(tmp_path / f"{n}.npz")])
         for n in (1, 2, 4)

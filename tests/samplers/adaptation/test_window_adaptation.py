@@ -25,7 +25,7 @@ import ensemblenn as enn
 import samplers
 from samplers.adaptation import window_schedule
 
-PROGRAM = Path(__file__).parent / "programs" / "window_invariance.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "window_invariance.py"
 SMALL = samplers.targets.IllConditionedGaussian(dim=10, condition_number=10.0)
 
 

@@ -12,7 +12,7 @@ import pytest
 from samplers import _cli
 from samplers._cli_kernels import SAMPLERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 ENV["PYTHONPATH"] = str(ROOT) + os.pathsep + ENV.get("PYTHONPATH", "")
 

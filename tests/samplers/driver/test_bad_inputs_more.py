@@ -1214,7 +1214,7 @@ def test_mistake_gets_a_clear_error_before_compiling(name, call, error, kind, pa
 
 
 def test_the_catalogue_is_large_and_distinct():
-    from tests.test_bad_inputs import CASES as FIRST
+    from test_bad_inputs import CASES as FIRST
 
     names = [c[0] for c in FIRST] + [c[0] for c in CASES]
     assert len(names) >= 100 and len(set(names)) == len(names)

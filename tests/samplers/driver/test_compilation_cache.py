@@ -10,8 +10,8 @@ import jax
 
 import samplers
 
-PROGRAM = Path(__file__).parent / "programs" / "cached_run.py"
-ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = Path(__file__).parents[2] / "programs" / "cached_run.py"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _fresh_process(cache: Path) -> dict:

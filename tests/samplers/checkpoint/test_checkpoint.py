@@ -20,7 +20,7 @@ import ensemblenn as enn
 import samplers
 from samplers import checkpoint
 
-PROGRAM = Path(__file__).parent / "programs" / "checkpoint_run.py"
+PROGRAM = Path(__file__).parents[2] / "programs" / "checkpoint_run.py"
 RUN = dict(
     num_chains=8, dim=3, num_steps=40, num_warmup=10, thin=5, chunk_size=10, checkpoint_every=30
 )
@@ -440,7 +440,7 @@ def test_a_second_run_on_the_same_folder_is_refused_at_start(tmp_path):
         ],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).parents[3],
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     try:
