@@ -25,7 +25,7 @@ from .adaptation import (
     WindowAdaptationInfo,
 )
 from .checkpoint import CheckpointError, CheckpointMismatchError
-from .driver import ChainMoments, Diagnostics, Result, run
+from .driver import ChainMoments, ConvergenceWarning, Diagnostics, Result, Verdict, run
 from .kernels import (
     GHMC,
     HMC,
@@ -75,6 +75,8 @@ __all__ = [
     "Result",
     "Diagnostics",
     "ChainMoments",
+    "Verdict",
+    "ConvergenceWarning",
     # writing kernels
     "Sampler",
     "State",

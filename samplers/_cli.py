@@ -1,57 +1,91 @@
 """The command line: `python -m samplers run --target NAME --sampler NAME ...`.
 
-The device count must be fixed before JAX starts, so this module parses the arguments
-and sets XLA_FLAGS before importing anything that imports jax.
+The device count must be fixed before JAX starts, so this module parses and checks the
+arguments and sets XLA_FLAGS before importing anything that imports jax. Every error of
+the library or of the arguments is one `error: ...` line on stderr and exit code 2; Ctrl-C
+is exit code 130 with the step reached (and, with `--checkpoint`, how to resume).
 """
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any
+import warnings
 
-TARGETS = ("gaussian", "rotated-gaussian", "banana", "rosenbrock", "funnel", "bimodal", "logistic")
-SAMPLERS = ("rwm", "mala", "hmc", "mclmc", "adjusted-mclmc", "laps")
+from ._cli_kernels import FIXED_DIM, SAMPLERS, TARGETS
+
+EXIT_ERROR, EXIT_NOT_CONVERGED, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one `error: ...` line (exit 2), like every error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"error: {message} (see {self.prog} --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m samplers", description="Sample a standard target with an ensemble."
+    p = _Parser(
+        prog="python -m samplers",
+        description="Sample a standard target with an ensemble of chains, sharded over devices.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an ensemble and print its diagnostics")
-    run.add_argument("--target", choices=TARGETS, default="gaussian")
-    run.add_argument("--dim", type=int, default=None, help="target dimension, if it has one")
-    run.add_argument("--sampler", choices=SAMPLERS, default="laps")
-    run.add_argument("--chains", type=int, default=256)
-    run.add_argument("--steps", type=int, default=1000)
-    run.add_argument("--warmup", type=int, default=500)
-    run.add_argument("--devices", type=int, default=4, help="simulated CPU devices")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument(
-        "--out",
-        default=None,
-        help="folder for diagnostics.json and convergence.png (the plot needs "
-        "matplotlib; with --out, b² is tracked at every step for it)",
+    targets = "\n".join(f"  {name:17} {text}" for name, text in TARGETS.items())
+    run = sub.add_parser(
+        "run",
+        help="run an ensemble and print its diagnostics and verdict",
+        formatter_class=_Formatter,
+        description="Run an ensemble of chains on a target, tuned by default, and print its "
+        "diagnostics and a verdict (converged: max R-hat < 1.01 (nested R-hat with "
+        "superchains), min ESS >= 400, no divergences, acceptance in [0.05, 0.995] for "
+        "adjusted kernels).\n\ntargets:\n" + targets,
     )
-    run.add_argument("--no-progress", action="store_true")
-    run.add_argument(
-        "--block-size",
-        type=_block_size,
-        default="auto",
-        metavar="N",
-        help="chains per compiled block, for results that are the same on any "
-        "device count (samplers.run's block_size); 0 runs each device's "
-        "chains in one batch (default: auto, chains // 8)",
+    add = run.add_argument
+    add("--target", choices=tuple(TARGETS), default="gaussian", help="the distribution")
+    add("--dim", type=int, default=None,
+        help="target dimension (default: 100 gaussian, 36 rosenbrock, 20 funnel, 10 bimodal "
+        "and logistic; banana is 2-d)")  # fmt: skip
+    add("--sampler", choices=SAMPLERS, default="laps", help="the kernel")
+    add("--adaptation", choices=("default", "none"), default="default",
+        help="'default' tunes the kernel during --warmup (WindowAdaptation for "
+        "rwm/mala/hmc/ghmc/nuts/adjusted-mclmc, LAPS's phase 1 for mclmc, LAPS for laps); "
+        "'none' runs the fixed step size 0.5 and --warmup plain warmup steps")  # fmt: skip
+    add("--chains", type=int, default=256, help="number of chains (a multiple of --devices)")
+    add("--steps", type=int, default=1000, help="sampling steps per chain (moments cover these)")
+    add(
+        "--warmup",
+        type=int,
+        default=500,
+        help="tuning steps per chain before sampling (with --adaptation none: warmup steps)",
     )
-    run.add_argument(
+    add("--devices", type=int, default=4, help="simulated CPU devices to shard the chains over")
+    add("--seed", type=int, default=0, help="seed of the initial positions and the run")
+    add("--superchain-size", type=int, default=None, metavar="K",
+        help="chains per superchain for nested R-hat (default: chains // 16 when that "
+        "divides, else chains // 8, else none); 0 turns nested R-hat off")  # fmt: skip
+    add("--strict", action="store_true", help="exit with code 1 when the run is NOT CONVERGED")
+    add("--out", default=None, metavar="DIR",
+        help="folder for diagnostics.json and convergence.png (the plot needs matplotlib; "
+        "with --out, b² is tracked at every step for it)")  # fmt: skip
+    add("--no-progress", action="store_true", help="no progress bar (shown only on a terminal)")
+    add("--no-cache", action="store_true",
+        help="do not use JAX's persistent compilation cache (by default compiled programs are "
+        "kept in ~/.cache/ensemblenn/jax, so a later run skips most compilation)")  # fmt: skip
+    add("--block-size", type=_block_size, default="auto", metavar="N",
+        help="chains per compiled block, for results that are the same on any device count "
+        "(samplers.run's block_size); 0 runs each device's chains in one batch; auto is "
+        "chains // 8")  # fmt: skip
+    add(
         "--checkpoint",
         default=None,
         metavar="DIR",
         help="save the run in DIR as it goes, so that --resume can continue it",
     )
-    run.add_argument(
+    add(
         "--resume",
         action="store_true",
         help="continue the run saved in --checkpoint DIR (or start it afresh)",
@@ -73,135 +107,154 @@ def _block_size(text: str) -> int | str | None:
     return value or None
 
 
-def make_target(name: str, dim: int | None) -> Any:
-    from . import targets
+def superchain_size(args: argparse.Namespace) -> int | None:
+    """The superchain size for nested R-hat: `--superchain-size`, or 16 (else 8) superchains
+    when the chains split evenly into superchains of at least 2."""
+    if args.superchain_size is not None:
+        return args.superchain_size or None
+    for groups in (16, 8):
+        if args.chains % groups == 0 and args.chains // groups >= 2:
+            return args.chains // groups
+    return None
 
-    if name in ("gaussian", "rotated-gaussian"):
-        return targets.IllConditionedGaussian(
-            dim=dim or 100, condition_number=100.0, rotated=name == "rotated-gaussian"
+
+def check_arguments(args: argparse.Namespace) -> str | None:
+    """The first problem with the arguments (a message), or None; checked before JAX starts."""
+    bounds = (("--chains", args.chains, 1), ("--steps", args.steps, 1),
+              ("--warmup", args.warmup, 0), ("--devices", args.devices, 1))  # fmt: skip
+    for flag, value, low in bounds:
+        if value < low:
+            return f"{flag} must be >= {low}, got {value}"
+    if args.chains % args.devices:
+        return (
+            f"--chains {args.chains} is not a multiple of --devices {args.devices} (the chains "
+            f"are split evenly over the devices); fix: e.g. --chains "
+            f"{max(1, args.chains // args.devices) * args.devices}"
         )
-    if name == "banana":
-        return targets.Banana()
-    if name == "rosenbrock":
-        return targets.Rosenbrock()
-    if name == "funnel":
-        return targets.NealsFunnel(dim=dim or 20)
-    if name == "bimodal":
-        return targets.BimodalGaussian(dim=dim or 10)
-    return targets.LogisticRegression()
+    if args.dim is not None:
+        if args.dim < 1:
+            return f"--dim must be >= 1, got {args.dim}"
+        fixed = FIXED_DIM.get(args.target)
+        if fixed is not None and args.dim != fixed:
+            return f"--target {args.target} is {fixed}-d; fix: leave out --dim"
+        if args.target == "rosenbrock" and args.dim % 2:
+            return f"--target rosenbrock needs an even --dim (x, y pairs), got {args.dim}"
+        if args.target == "funnel" and args.dim < 2:
+            return f"--target funnel needs --dim >= 2 (θ and at least one z), got {args.dim}"
+    if args.superchain_size is not None:
+        k = args.superchain_size
+        if k < 0 or (k and args.chains % k) or (k and args.chains // k < 2):
+            return (
+                f"--superchain-size {k} must divide --chains {args.chains} into at least 2 "
+                "superchains (or be 0: no nested R-hat)"
+            )
+    if args.resume and not args.checkpoint:
+        return "--resume needs --checkpoint DIR"
+    return None
 
 
-def make_sampler(name: str, target: Any) -> tuple[Any, Any]:
-    """(sampler, adaptation) with reasonable defaults for the target's scale."""
+def one_line(err: BaseException) -> str:
+    """An error message on one line (the library's "\\n  fix: ..." joined in)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def start_jax(devices: int, cache: bool) -> None:
+    """Set the device count (before JAX is imported) and the compilation cache."""
+    flags = os.environ.get("XLA_FLAGS", "")  # the last occurrence of a flag wins
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if cache:
+        _enable_cache()
+
+
+def _enable_cache() -> None:
     import samplers
 
-    if name == "laps":
-        return None, samplers.LAPS()
-    scale = 0.5
-    table = {
-        "rwm": lambda: samplers.RandomWalk(step_size=scale),
-        "mala": lambda: samplers.MALA(step_size=scale),
-        "hmc": lambda: samplers.HMC(step_size=scale, num_integration_steps=10),
-        "mclmc": lambda: samplers.MCLMC(step_size=scale, L=3.0),
-        "adjusted-mclmc": lambda: samplers.AdjustedMCLMC(step_size=scale, num_integration_steps=10),
-    }
-    return table[name](), None
+    samplers.enable_compilation_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = parser()
-    args = cli.parse_args(argv)
-    if args.resume and not args.checkpoint:
-        cli.error("--resume needs --checkpoint DIR")
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
-    )
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    args = parser().parse_args(argv)
+    problem = check_arguments(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        start_jax(args.devices, cache=not args.no_cache)
+        return _run(args)
+    except KeyboardInterrupt as err:
+        return _interrupted(args, getattr(err, "step", None))
+    except Exception as err:
+        import ensemblenn as enn
+
+        if isinstance(err, enn.EnsembleError | _checkpoint_error()):
+            print(f"error: {one_line(err)}", file=sys.stderr)
+            return EXIT_ERROR
+        raise
+
+
+def _checkpoint_error() -> type:
+    from .checkpoint import CheckpointError
+
+    return CheckpointError
+
+
+def _interrupted(args: argparse.Namespace, step: int | None) -> int:
+    at = "" if step is None else f" at step {step}"
+    message = f"interrupted{at}"
+    if args.checkpoint:
+        from . import checkpoint
+
+        try:
+            saved = checkpoint.inspect(args.checkpoint)["step"]
+        except Exception:  # nothing saved yet (interrupted before the first save)
+            saved = None
+        if saved is None:
+            message += "; nothing was saved yet, so a rerun starts afresh"
+        else:
+            message += f"; the checkpoint holds step {saved}: rerun with --resume"
+    print(message, file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     import jax
 
     import samplers
 
+    from . import _cli_report as report
+    from ._cli_kernels import make_sampler, make_target
+
     target = make_target(args.target, args.dim)
-    sampler, adaptation = make_sampler(args.sampler, target)
+    adapt = args.adaptation == "default"
+    sampler, adaptation, described = make_sampler(args.sampler, adapt, args.warmup)
+    k = superchain_size(args)
     key = jax.random.key(args.seed)
     k_init, k_run = jax.random.split(key)
     positions = jax.vmap(target.initial_position)(jax.random.split(k_init, args.chains))
-    print(
-        f"{args.sampler} on {args.target} (d={target.dim}): {args.chains} chains, "
-        f"{jax.device_count()} devices",
-        flush=True,
-    )
-    resumed_from, resumed_seconds = None, 0.0
+    report.preamble(args, target, described, k)
+    resumed_from = None
     if args.resume and os.path.isfile(os.path.join(args.checkpoint, samplers.checkpoint.FILENAME)):
-        header = samplers.checkpoint.inspect(args.checkpoint)
-        resumed_from, resumed_seconds = header["step"], header.get("wall_seconds", 0.0)
+        resumed_from = samplers.checkpoint.inspect(args.checkpoint)["step"]
         print(f"resuming from the checkpoint at step {resumed_from}", flush=True)
     tick = time.perf_counter()
-    try:
+    with warnings.catch_warnings():
+        # The CLI prints the verdict itself (and --strict acts on it).
+        warnings.simplefilter("ignore", samplers.ConvergenceWarning)
         result = samplers.run(
-            sampler,
-            target,
-            positions,
-            key=k_run,
-            num_steps=args.steps,
-            num_warmup=0 if adaptation is not None else args.warmup,
-            adaptation=adaptation,
-            superchain_size=4,
-            track_bias=args.out is not None,
+            sampler, target, positions, key=k_run, num_steps=args.steps,
+            num_warmup=0 if adaptation is not None else args.warmup, adaptation=adaptation,
+            superchain_size=k, track_bias=args.out is not None,
             progress=not args.no_progress and sys.stderr.isatty(),
-            checkpoint_dir=args.checkpoint,
-            resume=args.resume,
-            block_size=args.block_size,
-        )
-    except samplers.CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+            checkpoint_dir=args.checkpoint, resume=args.resume, block_size=args.block_size,
+        )  # fmt: skip
     jax.block_until_ready(result.state.position)
-    seconds = time.perf_counter() - tick + resumed_seconds  # the whole run, across resumes
-    result.summary()
-    print(f"wall time {seconds:.1f} s")
+    seconds = time.perf_counter() - tick
+    report.results(args, result, seconds)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        from ._plots import convergence_plot
-
-        note = convergence_plot(
-            result, os.path.join(args.out, "convergence.png"), f"{args.sampler} on {args.target}"
-        )
-        if note:
-            print(f"note: {note}")
-        report = _diagnostics_json(result, seconds)
-        report.update(
-            sampler=args.sampler,
-            target=args.target,
-            devices=jax.device_count(),
-            checkpoint=args.checkpoint,
-            resumed_from_step=resumed_from,
-            plot=None if note else "convergence.png",
-            plot_note=note,
-        )
-        with open(os.path.join(args.out, "diagnostics.json"), "w") as f:
-            json.dump(report, f, indent=2)
-        print(f"wrote {args.out}/diagnostics.json" + ("" if note else " and convergence.png"))
+        report.write_out(args, result, seconds, resumed_from)
+    verdict = result.verdict
+    print(f"verdict: {verdict.line}")
+    if args.strict and not verdict.converged:
+        return EXIT_NOT_CONVERGED
     return 0
-
-
-def _diagnostics_json(result: Any, seconds: float) -> dict:
-    import numpy as np
-
-    d = result.diagnostics
-
-    def listify(x: Any) -> Any:
-        return None if x is None else np.asarray(x).tolist()
-
-    return {
-        "num_chains": result.num_chains,
-        "num_steps": result.num_steps,
-        "wall_seconds": seconds,
-        "acceptance_rate": float(np.mean(result.acceptance_rate)),
-        "num_divergent": int(np.sum(result.num_divergent)),
-        "rhat": listify(d.rhat),
-        "nested_rhat": listify(d.nested_rhat),
-        "ess": listify(d.ess),
-        "bias_squared_max": listify(d.bias_squared_max),
-        "bias_squared_mean": listify(d.bias_squared_mean),
-    }

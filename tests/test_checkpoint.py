@@ -351,6 +351,8 @@ def test_cli_checkpoint_resume_plot_and_json(tmp_path):
         "3",
         "--sampler",
         "mala",
+        "--adaptation",
+        "none",  # 10 plain warmup steps, so the checkpoint ends at step 30
         "--chains",
         "8",
         "--steps",

@@ -10,5 +10,6 @@ Following a parameter from `samplers.run` to the `shard_map`: `_run.run` resolve
 from ._moments import ChainMoments
 from ._result import Diagnostics, Result
 from ._run import run
+from ._verdict import ConvergenceWarning, Verdict
 
-__all__ = ["ChainMoments", "Diagnostics", "Result", "run"]
+__all__ = ["ChainMoments", "ConvergenceWarning", "Diagnostics", "Result", "Verdict", "run"]

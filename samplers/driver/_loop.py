@@ -3,6 +3,7 @@
 import time
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 import ensemblenn as enn
@@ -47,25 +48,59 @@ def chunk_loop(
         **setup.mapping,
     )
     carry, capacity = at.carry, setup.config.capacity
-    for start in range(first_step, setup.total, capacity):
-        length = min(capacity, setup.total - start)
-        tick = time.perf_counter()
-        carry, draws, (acceptance, bias) = run_chunk(
+
+    def call(start: int, length: int) -> tuple:
+        return run_chunk(
             setup.config, at.sampler, logdensity, carry, setup.run_keys,
             jnp.int32(start), jnp.int32(length), setup.reference,
         )  # fmt: skip
-        kept = _kept_draws(setup, start, length) if setup.thin else 0
-        if kept:
-            at.trace.append(on_mesh_of(draws, lambda d, k=kept: d[:, :k]))
-        first_sampled = max(start, setup.num_warmup)
-        if bias is not None and first_sampled < start + length:
-            at.bias_history.append(on_mesh_of(bias, lambda b: b[first_sampled - start : length]))
-        phase = "warmup" if start + length <= setup.num_warmup else "sampling"
-        bar.update(length, acceptance, time.perf_counter() - tick, phase)
-        at = at._replace(carry=carry)
-        if store is not None and store.due(start + length, setup.total):
-            save(store, setup, at, start + length)
+
+    if bar.enabled and first_step < setup.total:
+        # A chunk of no steps: compiles the program (once per run) without moving the
+        # chains, so the bar can show the compilation as a phase of its own.
+        with bar.phase("compiling") as produced:
+            produced.append(call(first_step, 0)[0])
+    done, in_flight = first_step, None
+    try:
+        for start in range(first_step, setup.total, capacity):
+            length = min(capacity, setup.total - start)
+            tick = time.perf_counter()
+            carry, draws, (acceptance, bias) = call(start, length)
+            _keep(setup, at, start, length, draws, bias)
+            if bar.enabled:
+                jax.block_until_ready(carry)  # time the steps, not their dispatch
+                phase = "warmup" if start + length <= setup.num_warmup else "sampling"
+                bar.advance(length, acceptance, time.perf_counter() - tick, phase)
+            elif in_flight is not None:
+                # Keep one chunk in flight: the host stays ahead, and on Ctrl-C the step
+                # reached is known (the chunk before the one still running).
+                jax.block_until_ready(in_flight[0])
+                done = in_flight[1]
+            in_flight = (carry, start + length)
+            at = at._replace(carry=carry)
+            if store is not None and store.due(start + length, setup.total):
+                save(store, setup, at, start + length)  # blocks: this chunk is done
+                done = start + length
+            elif bar.enabled:
+                done = start + length
+        jax.block_until_ready(carry)
+    except KeyboardInterrupt as err:
+        # Say how far the run got (the CLI prints it); the checkpoint, if any, holds the
+        # last save.
+        err.step = done
+        err.add_note(f"samplers.run: interrupted at step {done} of {setup.total}")
+        raise
     return at
+
+
+def _keep(setup: Setup, at: Sampled, start: int, length: int, draws: Any, bias: Any) -> None:
+    """Append a chunk's kept draws and b² history to the host-side lists of `at`."""
+    kept = _kept_draws(setup, start, length) if setup.thin else 0
+    if kept:
+        at.trace.append(on_mesh_of(draws, lambda d, k=kept: d[:, :k]))
+    first_sampled = max(start, setup.num_warmup)
+    if bias is not None and first_sampled < start + length:
+        at.bias_history.append(on_mesh_of(bias, lambda b: b[first_sampled - start : length]))
 
 
 def save(store: "checkpoint.Store", setup: Setup, at: Sampled, step: int) -> None:

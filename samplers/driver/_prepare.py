@@ -14,6 +14,7 @@ from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler, init_chain
 from ._chunk import Carry
 from ._moments import ChainMoments
+from ._progress import Progress
 from ._setup import Setup
 
 
@@ -59,13 +60,18 @@ def prepare(
     adaptation: Adaptation | None,
     logdensity: Logdensity,
     positions: Any,
+    bar: Progress | None = None,
 ) -> tuple[Sampler, Carry, Any]:
     """`(tuned sampler, carry at step 0, adaptation info)`: the chains initialised, then
-    adapted when an adaptation is given."""
+    adapted when an adaptation is given. `bar` shows both as phases (None when traced,
+    as for the shapes of a resumed run)."""
+    bar = bar or Progress(0, enabled=False)
     per_chain_args = (None, None, None, PER_CHAIN, PER_CHAIN)
     init = enn.ensemble_map(_init_chain, in_roles=per_chain_args, out_roles=PER_CHAIN,
                             **setup.mapping)  # fmt: skip
-    state = init(sampler, adaptation, logdensity, positions, setup.init_keys)
+    with bar.phase("initialising") as produced:
+        state = init(sampler, adaptation, logdensity, positions, setup.init_keys)
+        produced.append(state)
     _check_some_finite(setup, state)
     adaptation_info = None
     if adaptation is not None:
@@ -73,9 +79,11 @@ def prepare(
             _adapt_chain, in_roles=per_chain_args, out_roles=(None, PER_CHAIN, None),
             **setup.mapping,
         )  # fmt: skip
-        sampler, state, adaptation_info = adapt(
-            adaptation, sampler, logdensity, state, setup.adapt_keys
-        )
+        with bar.phase("adapting") as produced:  # compiling included: one program
+            sampler, state, adaptation_info = adapt(
+                adaptation, sampler, logdensity, state, setup.adapt_keys
+            )
+            produced.append(state)
     dim = int(np.shape(state.position)[-1])
     zeros = jnp.zeros(setup.num_chains)
     carry = Carry(

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, Int
 import ensemblenn as enn
 
 from ._moments import ChainMoments
+from ._verdict import Verdict, verdict_of
 
 
 class Diagnostics(eqx.Module):
@@ -89,9 +90,22 @@ class Result(eqx.Module):
     def num_chains(self) -> int:
         return int(self.acceptance_rate.shape[0])
 
+    @property
+    def verdict(self) -> "Verdict":
+        """Whether the run can be trusted, with the failed criteria (`.converged`,
+        `.reasons`); the rule is documented in `samplers.driver._verdict`."""
+        return verdict_of(self)
+
+    @property
+    def converged(self) -> bool:
+        """`self.verdict.converged`: max R-hat < 1.01, min ESS >= 400, no divergences and a
+        sane acceptance (see `verdict`)."""
+        return self.verdict.converged
+
     def summary(self, max_rows: int = 10, *, print_it: bool = True) -> str:
-        """A compact table: mean, sd, R-hat and ESS per dimension (truncated for large d),
-        with the ensemble's acceptance, divergences and b² when a reference was given."""
+        """The verdict line (see `verdict`), then a compact table: mean, sd, R-hat and ESS per
+        dimension (truncated for large d), with the ensemble's acceptance, divergences and
+        b² when a reference was given."""
         d = self.diagnostics
         cols = {
             "mean": np.asarray(d.mean),
@@ -110,6 +124,7 @@ class Result(eqx.Module):
         adapted = getattr(self.adaptation_info, "num_grads", None)
         adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
         lines = [
+            *self.verdict.lines(),
             f"{self.num_chains} chains on {devices} device(s), {self.num_warmup} warmup + "
             f"{self.num_steps} steps, {float(jnp.mean(self.num_grads)):.0f} grads/chain"
             f"{adapting}",

@@ -2,6 +2,7 @@
 finalise; each phase is a function of its own module in this package."""
 
 import sys
+import warnings
 from typing import Any, Literal
 
 import jax
@@ -26,6 +27,7 @@ from ._validate import (
     check_run_flags,
     check_sampler_dim,
 )
+from ._verdict import ConvergenceWarning
 
 
 def run(
@@ -133,20 +135,27 @@ def run(
         track_bias=setup.config.track_bias, block_size=block_size,
     )  # fmt: skip
 
-    def start() -> tuple:
-        return prepare(setup, sampler, adaptation, logdensity, positions)
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = Progress(setup.total, enabled=show and not setup.traced and jax.process_index() == 0)
+
+    def start(bar: Progress | None = None) -> tuple:
+        return prepare(setup, sampler, adaptation, logdensity, positions, bar)
 
     saved = store.restore(start, setup.run_keys) if store is not None else None
     if saved is None:
-        at, first_step = Sampled(*start(), trace=[], bias_history=[]), 0
+        at, first_step = Sampled(*start(bar), trace=[], bias_history=[]), 0
         if store is not None and adaptation is not None:
             save(store, setup, at, 0)  # adaptation can be long: keep its outcome
     else:
         at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, saved.trace_list(),
                      saved.bias_list())  # fmt: skip
         first_step = saved.step
-    show = progress if progress is not None else sys.stderr.isatty()
-    bar = Progress(setup.total, enabled=show and not setup.traced and jax.process_index() == 0)
-    at = chunk_loop(setup, logdensity, at, first_step, store, bar)
-    bar.close()
-    return finalise(setup, at)
+        bar.start_at(first_step)
+    try:
+        at = chunk_loop(setup, logdensity, at, first_step, store, bar)
+    finally:
+        bar.close()
+    result = finalise(setup, at)
+    if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
+        warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
+    return result

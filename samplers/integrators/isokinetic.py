@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._deprecation import key_last
+from .._errors import SamplerError, SamplerTypeError
 from ._leapfrog import value_and_grad as _value_and_grad
 
 Logdensity = Callable[[Array], Float[Array, ""]]
@@ -227,7 +228,11 @@ class IsokineticIntegrator(eqx.Module):
 
     def __check_init__(self):
         if not self.coefficients:
-            raise ValueError("an isokinetic integrator needs at least one stage")
+            raise SamplerError(
+                "an isokinetic integrator needs at least one stage.\n  fix: "
+                "IsokineticIntegrator(coefficients=(b1, a1, ...)) with its palindromic "
+                "coefficients, or one of the named integrators."
+            )
 
     @property
     def stages(self) -> tuple[tuple[str, float], ...]:
@@ -301,10 +306,15 @@ def get_integrator(integrator: IntegratorName | IsokineticIntegrator) -> Isokine
     """
     if isinstance(integrator, IsokineticIntegrator):
         return integrator
+    if not isinstance(integrator, str):
+        raise SamplerTypeError(
+            f"integrator must be a name ({sorted(INTEGRATORS)}) or an IsokineticIntegrator, "
+            f"got {type(integrator).__name__}."
+        )
     try:
         return INTEGRATORS[integrator]
     except KeyError:
-        raise ValueError(
+        raise SamplerError(
             f"unknown isokinetic integrator {integrator!r}; choose one of "
             f"{sorted(INTEGRATORS)} or pass an IsokineticIntegrator"
         ) from None

@@ -237,6 +237,9 @@ class Sampler(eqx.Module):
     # True for a kernel whose `step` needs the ensemble (collectives, `enn.chain_index`):
     # the driver then does not run it through `enn.batch_invariant` blocks.
     step_uses_ensemble: ClassVar[bool] = False
+    # False for a kernel without a Metropolis correction (its acceptance is 1 by
+    # construction): the run's verdict then does not judge its acceptance rate.
+    adjusted: ClassVar[bool] = True
 
     # The acceptance `samplers.WindowAdaptation` tunes the step size to by default.
     default_target_acceptance: ClassVar[float] = 0.8

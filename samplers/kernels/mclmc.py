@@ -75,6 +75,8 @@ class MCLMC(Sampler):
         (1, 2, 1.0)
     """
 
+    adjusted = False  # no Metropolis correction: acceptance is 1 (0 if non-finite)
+
     step_size: Hyper = hyperparameter(positive=True)
     L: Hyper = hyperparameter(positive=True, finite=False)  # inf: no momentum noise
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, default=1.0)

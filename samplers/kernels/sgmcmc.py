@@ -73,6 +73,8 @@ class SGHMCState(SGLDState):
 class _StochasticGradient(Sampler):
     """Shared pieces: minibatch drawing and the gradient estimate."""
 
+    adjusted = False  # no Metropolis correction: acceptance is 1 (0 if non-finite)
+
     def __check_init__(self) -> None:
         # Both fix array shapes (the batch) and the index range: Python ints only.
         kernel = type(self).__name__

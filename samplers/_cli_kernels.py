@@ -1,0 +1,137 @@
+"""What the command line samples: its targets, and each `--sampler` with its default tuning.
+
+Every sampler is tuned by default, from the ensemble, during `--warmup` steps:
+
+* rwm, mala, hmc, ghmc, nuts, adjusted-mclmc: `samplers.WindowAdaptation` (Stan-like
+  windows: one step size shared by the ensemble, dual averaging of the ensemble-mean
+  acceptance towards the kernel's target; a diagonal metric where the kernel has one, i.e.
+  not for rwm and adjusted-mclmc).
+* mclmc: `MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`: step size
+  driven by the energy error per dimension, `L` from the ensemble's spread, early stop once
+  the ensemble's `E[x²]` stops drifting), after which the tuned, still unadjusted, MCLMC
+  samples. It is the simplest honest default: no new tuning rule, the one LAPS already
+  uses and tests, on the identity metric LAPS's phase 1 uses.
+* laps: `samplers.LAPS` (which builds its own kernels).
+
+`--adaptation none` keeps the fixed, untuned kernels (step size 0.5) and runs `--warmup`
+plain warmup steps instead.
+"""
+
+import math
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+import ensemblenn as enn
+
+from . import targets
+from .adaptation import LAPS, Adaptation
+from .kernels import MCLMC, Sampler
+
+TARGETS = {
+    "gaussian": "zero-mean Gaussian, variances log-spaced from 1 to 100 (condition number 100)",
+    "rotated-gaussian": "the same Gaussian, randomly rotated (a diagonal metric cannot fix it)",
+    "banana": "2-d banana: x1 ~ N(0, 10²), x2 | x1 ~ N(0.03 (x1² - 100), 1)",
+    "rosenbrock": "product of banana-shaped pairs x ~ N(1, 1), y | x ~ N(x², 0.1)",
+    "funnel": "Neal's funnel: θ ~ N(0, 3²), z_i | θ ~ N(0, e^θ) (b² in Gaussianized units)",
+    "bimodal": "two Gaussian modes 8 apart (weights 0.8 / 0.2): chains must hop to get b²",
+    "logistic": "Bayesian logistic regression, 1000 synthetic points, N(0, I) prior",
+}
+SAMPLERS = ("rwm", "mala", "hmc", "ghmc", "nuts", "mclmc", "adjusted-mclmc", "laps")
+FIXED_DIM = {"banana": 2}  # targets whose dimension cannot be chosen
+
+
+def make_target(name: str, dim: int | None) -> Any:
+    """The target `name` at dimension `dim` (None: its default)."""
+    if name in ("gaussian", "rotated-gaussian"):
+        return targets.IllConditionedGaussian(
+            dim=dim or 100, condition_number=100.0, rotated=name == "rotated-gaussian"
+        )
+    if name == "banana":
+        return targets.Banana()
+    if name == "rosenbrock":
+        return targets.Rosenbrock(num_pairs=(dim or 36) // 2)
+    if name == "funnel":
+        return targets.NealsFunnel(dim=dim or 20)
+    if name == "bimodal":
+        return targets.BimodalGaussian(dim=dim or 10)
+    return targets.LogisticRegression(num_features=dim or 10)
+
+
+class MCLMCTuningInfo(eqx.Module):
+    """What `MCLMCTuning` reports (the same in every chain)."""
+
+    num_steps: Int[Array, ""] = enn.broadcast()
+    stopped_early: Any = enn.broadcast()
+    step_size: Float[Array, ""] = enn.broadcast()
+    L: Float[Array, ""] = enn.broadcast()
+    num_excluded: Int[Array, ""] = enn.broadcast()
+    num_grads: Int[Array, ""] = enn.broadcast()
+
+
+class MCLMCTuning(Adaptation):
+    """Tune unadjusted MCLMC with LAPS's phase 1, and sample with the tuned MCLMC.
+
+    Example:
+        >>> import jax, samplers
+        >>> from samplers._cli_kernels import MCLMCTuning
+        >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+        >>> result = samplers.run(None, target, jax.random.normal(jax.random.key(0), (16, 4)),
+        ...                       key=jax.random.key(1), num_steps=20, progress=False,
+        ...                       adaptation=MCLMCTuning(num_steps=60))
+        >>> type(result.sampler).__name__, bool(result.sampler.step_size > 0)
+        ('MCLMC', True)
+    """
+
+    num_steps: int = eqx.field(static=True, default=500)
+
+    @property
+    def laps(self) -> LAPS:
+        return LAPS(num_steps1=self.num_steps)
+
+    def initial_state(self, sampler: Sampler | None, logdensity: Any, position: Any, key: Any):
+        return self.laps.initial_state(sampler, logdensity, position, key)
+
+    def run(self, sampler: Sampler | None, logdensity: Any, state: Any, key: Any) -> tuple:
+        laps = self.laps
+        state, excluded = laps._equipartition_velocity(state)
+        p1 = laps._phase1(logdensity, state, key, excluded)
+        step_size = jnp.exp2(p1.log2_step_size)
+        L = jnp.where(jnp.isfinite(p1.L), p1.L, math.sqrt(state.position.shape[-1]))
+        tuned = MCLMC(step_size=step_size, L=L, inverse_mass_matrix=p1.imm,
+                      integrator=laps.burn_in_integrator)  # fmt: skip
+        info = MCLMCTuningInfo(p1.t, p1.stopped, step_size, L, p1.excluded, 1 + p1.t)
+        return tuned, p1.state, info
+
+
+def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, Any, str]:
+    """`(sampler, adaptation, description)` for `--sampler name`."""
+    import samplers
+
+    if name == "laps":
+        laps = samplers.LAPS(num_steps1=max(warmup, 1))
+        return None, laps, f"LAPS (up to {warmup} unadjusted steps, then tuned adjusted MCLMC)"
+    if name == "mclmc" and adapt:
+        return None, MCLMCTuning(num_steps=max(warmup, 1)), (
+            f"MCLMC (unadjusted), tuned by LAPS's phase 1 over up to {warmup} steps"
+        )  # fmt: skip
+    h = 0.5
+    kernel = {
+        "rwm": lambda: samplers.RandomWalk(step_size=h),
+        "mala": lambda: samplers.MALA(step_size=h),
+        "hmc": lambda: samplers.HMC(step_size=h, num_integration_steps=10),
+        "ghmc": lambda: samplers.GHMC(step_size=h, damping=1.0),
+        "nuts": lambda: samplers.NUTS(step_size=h),
+        "mclmc": lambda: samplers.MCLMC(step_size=h, L=3.0),
+        "adjusted-mclmc": lambda: samplers.AdjustedMCLMC(step_size=h, num_integration_steps=10),
+    }[name]()
+    label = type(kernel).__name__
+    if not adapt or warmup == 0:
+        return kernel, None, f"{label} with the fixed step size {h} (no adaptation)"
+    # MALA has no metric field: WindowAdaptation tunes its step size only.
+    metric = None if name == "mala" else "diagonal"
+    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric=metric)
+    what = "step size" + (" and diagonal metric" if metric else "")
+    return kernel, adaptation, f"{label}, {what} tuned by WindowAdaptation over {warmup} steps"

@@ -1,0 +1,150 @@
+"""`python -m samplers run`: errors as one line (exit 2), --strict, Ctrl-C, tuned defaults."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from samplers import _cli
+from samplers._cli_kernels import SAMPLERS
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+ENV["PYTHONPATH"] = str(ROOT) + os.pathsep + ENV.get("PYTHONPATH", "")
+
+
+def cli(*args, timeout=240, **kwargs):
+    return subprocess.run([sys.executable, "-m", "samplers", "run", *args], capture_output=True,
+                          text=True, timeout=timeout, env=ENV, **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--chains", "0"], "--chains must be >= 1, got 0"),
+        (["--chains", "-4"], "--chains must be >= 1, got -4"),
+        (["--chains", "6", "--devices", "4"], "--chains 6 is not a multiple of --devices 4"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--warmup", "-5"], "--warmup must be >= 0, got -5"),
+        (["--devices", "0"], "--devices must be >= 1, got 0"),
+        (["--dim", "0"], "--dim must be >= 1, got 0"),
+        (["--target", "banana", "--dim", "3"], "--target banana is 2-d"),
+        (["--target", "rosenbrock", "--dim", "5"], "needs an even --dim"),
+        (["--superchain-size", "3", "--chains", "8"], "--superchain-size 3 must divide"),
+        (["--resume"], "--resume needs --checkpoint DIR"),
+        (["--target", "nope"], "argument --target: invalid choice: 'nope'"),
+        (["--chains", "many"], "argument --chains: invalid int value: 'many'"),
+        (["--block-size", "-1"], "block size must be >= 0"),
+    ],
+)
+def test_a_bad_argument_is_one_error_line_and_exit_2(args, says):
+    done = cli(*args, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_the_help_shows_defaults_and_explains_flags():
+    text = " ".join(
+        _cli.parser()._subparsers._group_actions[0].choices["run"].format_help().split()
+    )
+    for flag in ("--adaptation", "--strict", "--no-cache", "--superchain-size", "--warmup"):
+        assert flag in text
+    assert "(default: laps)" in text and "(default: 256)" in text and "WindowAdaptation" in text
+    assert "nuts" in text and "Neal's funnel" in text  # samplers and targets explained
+
+
+def test_check_arguments_and_superchains_without_jax():
+    args = _cli.parser().parse_args(["run", "--chains", "64"])
+    assert _cli.check_arguments(args) is None and _cli.superchain_size(args) == 4
+    args = _cli.parser().parse_args(["run", "--chains", "8", "--devices", "2"])
+    assert _cli.superchain_size(args) is None  # too few chains for 8 superchains of 2
+    args = _cli.parser().parse_args(["run", "--chains", "64", "--superchain-size", "0"])
+    assert _cli.check_arguments(args) is None and _cli.superchain_size(args) is None
+
+
+TINY = ["--target", "gaussian", "--dim", "3", "--chains", "8", "--steps", "10", "--warmup",
+        "0", "--devices", "4", "--no-progress", "--no-cache"]  # fmt: skip
+
+
+def test_strict_exits_1_when_not_converged(capsys):
+    assert _cli.main(["run", *TINY, "--sampler", "mala", "--strict"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].startswith("verdict: NOT CONVERGED: ")
+    assert "target   gaussian (d=3)" in out and "of 80 sampling draws" in out
+    assert "how to read it:" in out and "nested_rhat" not in out.split("how to")[0]
+    assert _cli.main(["run", *TINY, "--sampler", "mala"]) == 0  # the same, not strict
+
+
+def test_a_library_error_is_one_line(tmp_path):
+    # The flags are fine; the library refuses to overwrite an existing checkpoint.
+    first = cli(*TINY, "--sampler", "rwm", "--checkpoint", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    again = cli(*TINY, "--sampler", "rwm", "--checkpoint", str(tmp_path))
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1, again.stderr
+    assert lines[0].startswith("error: ") and "already holds a checkpoint" in lines[0]
+
+
+def _interrupt(args, ready):
+    """Start a long CLI run, wait until `ready()` holds, send SIGINT, return its outcome."""
+    command = [sys.executable, "-m", "samplers", "run", *args]
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 200
+        while not ready() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out, err
+
+
+LONG = ["--target", "gaussian", "--dim", "20", "--chains", "16", "--steps", "1000000",
+        "--warmup", "0", "--sampler", "mala", "--devices", "2", "--no-progress",
+        "--no-cache"]  # fmt: skip
+
+
+def test_ctrl_c_with_a_checkpoint_keeps_the_save_and_says_resume(tmp_path):
+    from samplers import checkpoint
+
+    saved = tmp_path / checkpoint.FILENAME
+    code, _, err = _interrupt([*LONG, "--checkpoint", str(tmp_path)], saved.exists)
+    assert code == 130 and "Traceback" not in err, err
+    step = checkpoint.inspect(tmp_path)["step"]
+    assert step > 0
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("interrupted at step ") and line.endswith(
+        f"the checkpoint holds step {step}: rerun with --resume"
+    ), err
+
+
+def test_ctrl_c_without_a_checkpoint():
+    # Nothing to poll without blocking: interrupt 20 s in (imported, compiled, sampling).
+    start = time.monotonic()
+    code, _, err = _interrupt(LONG, lambda: time.monotonic() - start > 20)
+    assert code == 130 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("interrupted") and "resume" not in line, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gaussian", "logistic"])
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_every_sampler_converges_with_defaults(sampler, target, capsys):
+    dim = ["--dim", "10"] if target == "gaussian" else []
+    code = _cli.main(["run", "--target", target, *dim, "--sampler", sampler, "--chains", "64",
+                      "--steps", "400", "--warmup", "400", "--devices", "4", "--no-progress",
+                      "--no-cache", "--strict"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out.splitlines()[-1]
