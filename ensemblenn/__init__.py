@@ -26,6 +26,7 @@ from ._collectives import (
     rounded,
 )
 from ._ensemble_map import EnsembleMapped, ensemble_map
+from ._exact_division import exact_divisions
 from ._errors import (
     ChainCountError,
     ClosureError,
@@ -70,6 +71,7 @@ __all__ = [
     "device_index",
     "distributed",
     "ensemble_map",
+    "exact_divisions",
     "num_chains",
     "num_devices",
     "ordered_sum",

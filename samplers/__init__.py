@@ -25,7 +25,16 @@ from .adaptation import (
     WindowAdaptationInfo,
 )
 from .checkpoint import CheckpointError, CheckpointMismatchError
-from .driver import ChainMoments, ConvergenceWarning, Diagnostics, Result, Verdict, run
+from .driver import (
+    ChainMoments,
+    ConvergenceWarning,
+    Diagnostics,
+    PositionsError,
+    Result,
+    Unconstrained,
+    Verdict,
+    run,
+)
 from .kernels import (
     GHMC,
     HMC,
@@ -121,6 +130,8 @@ __all__ = [
     "SamplerTypeError",
     "CheckpointError",
     "CheckpointMismatchError",
+    "PositionsError",
+    "Unconstrained",
     # submodules
     "adaptation",
     "arviz",

@@ -5,6 +5,7 @@ import json
 import os
 from typing import Any
 
+import jax
 import numpy as np
 
 from ._cli_kernels import TARGETS
@@ -93,11 +94,17 @@ def diagnostics_json(result: Any, seconds: float) -> dict:
     d = result.diagnostics
     verdict = result.verdict
 
-    def listify(x: Any) -> Any:
-        return None if x is None else np.asarray(x).tolist()
+    def listify(x: Any) -> Any:  # a pytree's coordinates, in the order of `names`
+        if x is None:
+            return None
+        leaves = [np.ravel(np.asarray(v)) for v in jax.tree.leaves(x)]
+        return (
+            np.concatenate(leaves).tolist() if len(leaves) > 1 or np.ndim(x) else leaves[0].tolist()
+        )
 
     return {
         "converged": verdict.converged,
+        "names": list(result.names),
         "verdict": verdict.line,
         "reasons": [r._asdict() for r in verdict.reasons],
         "num_chains": result.num_chains,

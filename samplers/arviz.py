@@ -17,6 +17,7 @@ Example:
 
 from typing import Any
 
+import jax
 import numpy as np
 
 import ensemblenn as enn
@@ -35,24 +36,39 @@ def _import_arviz() -> Any:
     return arviz
 
 
-def _is_arviz_1(az: Any) -> bool:
-    return int(az.__version__.split(".")[0]) >= 1
+def _variables(result: Any, trace: Any, var_name: str) -> dict[str, np.ndarray]:
+    """One `(chain, draw, ...)` array per leaf of the trace, named by its path."""
+    structure = getattr(result, "structure", None)
+    leaves = jax.tree.leaves(trace)
+    if (
+        structure is None
+        or structure.treedef.num_leaves != len(leaves)
+        or (structure.treedef.num_leaves == 1 and structure.leaf_names == ("x",))
+    ):
+        names = [var_name] if len(leaves) == 1 else [f"{var_name}{i}" for i in range(len(leaves))]
+    else:
+        names = list(structure.leaf_names)
+    return {name: np.asarray(leaf) for name, leaf in zip(names, leaves, strict=True)}
 
 
-def _dataset(az: Any, data: dict, *, coords: dict, attrs: dict) -> Any:
-    """`az.dict_to_dataset` without an inference-library tag; the keyword was renamed in 1.0."""
-    tag = {"inference_library": None} if _is_arviz_1(az) else {"library": None}
-    return az.dict_to_dataset(data, coords=coords, attrs=attrs, **tag)
+def _dataset(variables: dict, coords: dict, attrs: dict) -> Any:
+    """An xarray Dataset with ArviZ's naming: dims `chain`, `draw`, then `{name}_dim_{i}`."""
+    import xarray as xr  # an ArviZ dependency (0.x and 1.x)
+
+    data = {}
+    for name, value in variables.items():
+        extra = tuple(f"{name}_dim_{i}" for i in range(value.ndim - len(coords)))
+        data[name] = ((*coords, *extra)[: value.ndim], value)
+    return xr.Dataset(data, coords={k: v for k, v in coords.items()}, attrs=dict(attrs))
 
 
-def _inference_data(az: Any, **groups: Any) -> Any:
-    """The groups as ArviZ's container: `InferenceData` before 1.0, an `xarray.DataTree`
-    (which replaced it, with the same `.posterior` group access) from 1.0 on."""
-    if _is_arviz_1(az):
-        import xarray as xr
+def _inference_data(az: Any, groups: dict) -> Any:
+    """ArviZ 0.x's `InferenceData`, or 1.x's `xarray.DataTree` of the same groups."""
+    if hasattr(az, "InferenceData"):
+        return az.InferenceData(**groups)
+    import xarray as xr
 
-        return xr.DataTree.from_dict(groups)
-    return az.InferenceData(**groups)
+    return xr.DataTree.from_dict(groups)
 
 
 def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
@@ -61,21 +77,27 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
 
     Groups:
 
-    * `posterior`: `var_name` with dims `(chain, draw, {var_name}_dim_0)`, from
-      `result.trace`. When the run had superchains (or `superchain_size` is given) it also
-      carries the coordinate `superchain` on `chain` (chain `i` is in superchain
+    * `posterior`: one variable per leaf of `result.trace` (the target's observable, else
+      the position), named by its path (`mu`, `theta_z`, `params.w`), with dims
+      `(chain, draw, {name}_dim_0, ...)`; a plain array trace is the variable `var_name`.
+      When the run had superchains (or `superchain_size` is given) it also carries the
+      coordinate `superchain` on `chain` (chain `i` is in superchain
       `i // superchain_size`, consecutive chains, as `samplers.diagnostics.nested_rhat`
       groups them) and the attribute `superchain_size`.
-    * `sample_stats`: what the run keeps per chain (dim `chain` only, since the driver keeps
-      no per-draw statistics): `mean_acceptance_rate`, `num_divergent`, `num_grads`, and
-      `lp`, the log density at the final state. No `energy`: the driver does not record it.
+    * `sample_stats`: `lp`, the log density of each kept draw (dims `(chain, draw)`; of
+      the final state, dim `chain`, when the run could not evaluate it per draw), and what
+      the run keeps per chain (dim `chain`): `mean_acceptance_rate`, `num_divergent`,
+      `num_grads`. No `energy`: the driver does not record it.
 
     Attributes of both groups record the run's `num_warmup`, `num_steps` and sampler.
 
     Args:
         result: a `samplers.Result` of a run with `thin=` (which keeps a trace).
-        var_name: the posterior variable's name.
+        var_name: the posterior variable's name when the trace is one plain array.
         superchain_size: overrides the run's superchain size for the `superchain` coordinate.
+
+    Works with ArviZ 0.x (an `arviz.InferenceData`) and 1.x (an `xarray.DataTree` with the
+    same groups).
 
     Raises:
         ImportError: ArviZ is not installed.
@@ -109,10 +131,11 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
             "divergent": result.num_divergent,
             "grads": result.num_grads,
             "lp": getattr(result.state, "logdensity", None),
+            "draw_lp": getattr(result, "draw_logdensity", None),
         }
     )
-    trace = host["trace"]
-    num_chains, num_draws = trace.shape[:2]
+    variables = _variables(result, host["trace"], var_name)
+    num_chains, num_draws = next(iter(variables.values())).shape[:2]
     size = (
         superchain_size if superchain_size is not None else getattr(result, "superchain_size", None)
     )
@@ -133,25 +156,24 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     if size is not None:
         attrs["superchain_size"] = int(size)
     coords = {"chain": np.arange(num_chains), "draw": np.arange(num_draws)}
-    posterior = _dataset(az, {var_name: trace}, coords=coords, attrs=attrs)
-    if size is not None:
-        posterior = posterior.assign_coords(superchain=("chain", np.arange(num_chains) // size))
-    stats = {
+    posterior = _dataset(variables, coords, attrs)
+    per_chain = {
         "mean_acceptance_rate": host["acceptance"],
         "num_divergent": host["divergent"],
         "num_grads": host["grads"],
     }
-    if host["lp"] is not None:
-        stats["lp"] = host["lp"]
-    import xarray as xr  # an ArviZ dependency
-
-    sample_stats = xr.Dataset(
-        {name: (("chain",), np.asarray(value)) for name, value in stats.items()},
-        coords={"chain": coords["chain"]},
-        attrs=dict(posterior.attrs),
+    if host["draw_lp"] is not None:
+        per_draw = {"lp": host["draw_lp"]}
+    else:
+        per_draw = {}
+        if host["lp"] is not None:
+            per_chain["lp"] = host["lp"]
+    sample_stats = _dataset(per_draw, coords, attrs).merge(
+        _dataset(per_chain, {"chain": coords["chain"]}, attrs)
     )
+    sample_stats.attrs = dict(attrs)
     if size is not None:
-        sample_stats = sample_stats.assign_coords(
-            superchain=("chain", np.arange(num_chains) // size)
-        )
-    return _inference_data(az, posterior=posterior, sample_stats=sample_stats)
+        superchain = ("chain", np.arange(num_chains) // size)
+        posterior = posterior.assign_coords(superchain=superchain)
+        sample_stats = sample_stats.assign_coords(superchain=superchain)
+    return _inference_data(az, {"posterior": posterior, "sample_stats": sample_stats})

@@ -35,7 +35,8 @@ def test_posterior_sample_stats_and_superchains(result):
         stats["mean_acceptance_rate"].values, np.asarray(result.acceptance_rate)
     )
     np.testing.assert_array_equal(stats["num_divergent"].values, np.asarray(result.num_divergent))
-    np.testing.assert_array_equal(stats["lp"].values, np.asarray(result.state.logdensity))
+    np.testing.assert_array_equal(stats["lp"].values, np.asarray(result.draw_logdensity))
+    assert stats["lp"].dims == ("chain", "draw")
     assert stats["mean_acceptance_rate"].dims == ("chain",)
     # The superchain coordinate is what nested R-hat groups by.
     grouped = idata.posterior["x"].groupby("superchain")

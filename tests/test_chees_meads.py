@@ -328,7 +328,7 @@ def test_chees_is_bitwise_identical_on_1_and_4_devices():
     trajectory length, step size and final positions have the same bits. Before ChEES's
     per-chain sums over dimensions used enn.ordered_sum, the tuned values differed in the
     last bit (XLA rounds a 100-d jnp.sum differently for 64 and 16 chains per device).
-    (MEADS is not yet bitwise across device counts.)"""
+    (MEADS: tests/test_meads_invariance.py.)"""
     target = samplers.targets.IllConditionedGaussian(dim=100, condition_number=100.0)
     positions = jax.random.normal(jax.random.key(0), (64, 100))
     outs = []

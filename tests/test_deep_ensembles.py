@@ -150,21 +150,28 @@ def test_explicit_and_auto_meshes_train_identically(trained):
     np.testing.assert_array_equal(explicit["history"], auto["history"])
 
 
-def test_sgd_training_gives_the_same_bits_on_1_2_and_4_devices():
-    """The default block_size ("auto") makes each member's SGD training the same program
-    on any device count: 1, 2 and 4 devices give the same bits. (With optax.adam the
-    trained weights still differ in the last bits between device counts, a gap recorded
-    in fit's docstring; the blocks alone do not remove it.)"""
-    sgd = optax.sgd(0.05, momentum=0.9)
+@pytest.mark.parametrize(
+    "optimizer",
+    [optax.sgd(0.05, momentum=0.9), optax.adam(1e-2), optax.rmsprop(1e-3)],
+    ids=["sgd-momentum", "adam", "rmsprop"],
+)
+def test_training_gives_the_same_bits_on_1_2_and_4_devices(optimizer):
+    """The default block_size ("auto") makes each member's training step the same program
+    on any device count, and the optimizer's divisions are kept as written: without that,
+    Adam's bias corrections were multiplied by a reciprocal on one device and folded into
+    the denominator on two or more (XLA's CSE merges them only when partitioning), and the
+    weights differed in the last bit after one step."""
     results = []
     for n in (1, 2, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        start = ensembles.init_ensemble(make_model, sgd, jax.random.key(0), NUM_MEMBERS, mesh=mesh)
+        start = ensembles.init_ensemble(
+            make_model, optimizer, jax.random.key(0), NUM_MEMBERS, mesh=mesh
+        )
         results.append(
             ensembles.fit(
                 start,
                 (X, Y),
-                sgd,
+                optimizer,
                 mse_loss,
                 num_steps=50,
                 batch_size=32,
@@ -175,6 +182,24 @@ def test_sgd_training_gives_the_same_bits_on_1_2_and_4_devices():
     for end, history in results[1:]:
         assert_same_arrays(end, results[0][0])
         np.testing.assert_array_equal(np.asarray(history), np.asarray(results[0][1]))
+
+
+def test_exact_divisions_divide_as_written():
+    """XLA rewrites `x / s / d` to `x / (s * d)` and `x / s` (scalar s) to `x * (1 / s)`;
+    `exact_divisions` keeps both as written, so they match numpy's float32 divisions."""
+    exact_divisions = enn.exact_divisions
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1000).astype(np.float32)
+    d = rng.uniform(1.0, 2.0, 1000).astype(np.float32)
+    s = np.float32(0.37)
+    for fn, want in ((lambda x, s, d: x / s / d, (x / s) / d), (lambda x, s, d: x / s, x / s)):
+        assert not np.array_equal(np.asarray(jax.jit(fn)(x, s, d)), want)  # XLA rewrites
+        np.testing.assert_array_equal(np.asarray(jax.jit(exact_divisions(fn))(x, s, d)), want)
+    # Non-array arguments and outputs pass through; integer division is left alone.
+    out = exact_divisions(lambda x, k, name: (x // 2, k, name))(np.arange(5), 3, "n")
+    np.testing.assert_array_equal(out[0], np.arange(5) // 2)
+    assert out[1:] == (3, "n")
 
 
 def test_training_leaves_its_inputs_alone(trained):

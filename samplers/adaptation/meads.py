@@ -70,6 +70,9 @@ class _HeldFold(Sampler):
         return select(held, next_count(state), new), info
 
 
+# Divisions kept as written: XLA rewrites `x / share` differently on one device and on
+# several (CSE runs only when partitioning), which changed the tuned values' last bits.
+@enn.exact_divisions
 def _fold_estimates(means: PyTree, directions: Array, multiplier: float) -> dict:
     """Per-fold preconditioner, eigenvalue estimates and new power-iteration directions.
 

@@ -5,11 +5,30 @@ Following a parameter from `samplers.run` to the `shard_map`: `_run.run` resolve
 `_setup.make_setup` (a `Setup`), `_prepare.prepare` / `_loop.chunk_loop` pass
 `setup.mapping` to `enn.ensemble_map`, which partitions the operands and calls
 `jax.shard_map` (`ensemblenn/_ensemble_map.py`).
+
+Pytree positions are raveled ONCE, at this boundary (`_flat.py`): `run` turns the user's
+positions (any pytree of floating arrays with a leading chain axis) into `(num_chains,
+dim)` vectors and the log density of one chain's pytree into one of a flat vector
+(`FlatTarget`, which keeps the user's callable as a field so the closure guard still sees
+its arrays). Kernels, adaptations, metrics, moments and checkpoints are flat-vector code;
+`_finalise` unravels the final state, the traces and the diagnostics into the user's
+structures (the observable's for `Result.diagnostics`/`trace`, the position's for
+`Result.unconstrained`). A plain `(num_chains, dim)` array is not wrapped at all.
 """
 
+from ._flat import PositionsError
 from ._moments import ChainMoments
-from ._result import Diagnostics, Result
+from ._result import Diagnostics, Result, Unconstrained
 from ._run import run
 from ._verdict import ConvergenceWarning, Verdict
 
-__all__ = ["ChainMoments", "ConvergenceWarning", "Diagnostics", "Result", "Verdict", "run"]
+__all__ = [
+    "ChainMoments",
+    "ConvergenceWarning",
+    "Diagnostics",
+    "PositionsError",
+    "Result",
+    "Unconstrained",
+    "Verdict",
+    "run",
+]

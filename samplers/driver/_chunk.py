@@ -27,16 +27,23 @@ class Config(eqx.Module):
     first_sample: int = eqx.field(static=True)
     track_bias: bool = eqx.field(static=True)
     keep_trace: bool = eqx.field(static=True)
+    num_chains: int = eqx.field(static=True, default=1)
 
 
 class Carry(eqx.Module):
-    """What one chain carries from chunk to chunk: its state, moments and counters."""
+    """What one chain carries from chunk to chunk: its state, moments and counters.
+
+    `bias_grads` (with `track_bias`) is the ensemble's gradients per chain after each
+    sampling step, spread over the chains (chain `c` holds steps `c, c + n, ...`), so that
+    the history costs one number per step and is saved with the carry.
+    """
 
     state: Any
     moments: ChainMoments
     acceptance: Float[Array, ""]
     divergent: Any
     grads: Any
+    bias_grads: Float[Array, " slots"] | None = None
 
 
 def chunk(
@@ -54,7 +61,8 @@ def chunk(
     Steps before `config.first_sample` are warmup: they move the chain but add nothing to
     the moments, the trace or the bias history.
     """
-    observe = getattr(logdensity, "observable", lambda x: x)
+    observe = getattr(logdensity, "observable", None)
+    separate = carry.moments.observed is not None
     dim = carry.state.position.shape[-1]
     draws = jnp.zeros((config.capacity // config.thin, dim), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
@@ -65,17 +73,27 @@ def chunk(
         state, info = step_chain(sampler, logdensity, c.state, jax.random.fold_in(key, t))
         since = t - config.first_sample
         sampling = since >= 0
-        observed = observe(state.position)
+        observed = state.position if observe is None else observe(state.position)
         updated = c.moments.update(
-            state.position, (since >= config.half_point).astype(jnp.int32), observed
+            state.position,
+            (since >= config.half_point).astype(jnp.int32),
+            observed if separate else None,
         )
         moments = jax.tree.map(lambda new, old: jnp.where(sampling, new, old), updated, c.moments)
+        grads = c.grads + info.num_grads
+        bias_grads = c.bias_grads
+        if config.track_bias and bias_grads is not None:
+            mine = sampling & (since % config.num_chains == enn.chain_index())
+            slot = jnp.clip(since // config.num_chains, 0, bias_grads.shape[0] - 1)
+            per_chain = enn.chain_mean(grads.astype(jnp.float32))
+            bias_grads = jnp.where(mine, bias_grads.at[slot].set(per_chain), bias_grads)
         c = Carry(
             state,
             moments,
             c.acceptance + info.acceptance_rate.astype(c.acceptance.dtype),
             c.divergent + info.is_divergent.astype(jnp.int32),
-            c.grads + info.num_grads,
+            grads,
+            bias_grads,
         )
         if config.keep_trace:
             keep = sampling & ((since + 1) % config.thin == 0)

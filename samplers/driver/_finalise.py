@@ -1,7 +1,9 @@
 """The end of a run: ensemble diagnostics on device, and the `Result`."""
 
+import functools
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -9,13 +11,32 @@ import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import diagnostics as diag
+from ..kernels import Logdensity
+from ._flat import Structure
 from ._moments import ChainMoments
-from ._result import Diagnostics, Result
+from ._result import Diagnostics, Result, Unconstrained
 from ._setup import Setup
 
 
+def _diagnose_both(
+    moments: ChainMoments,
+    reference: Any,
+    superchain_size: int | None,
+    position: Structure,
+    observed: Structure | None,
+) -> tuple[Diagnostics, Diagnostics]:
+    """`(diagnostics of the observable, of the position)`, each unravelled into its own
+    structure (the same when the target has no observable)."""
+    if observed is None:
+        diagnostics = _diagnose(moments, reference, superchain_size).unravel(position)
+        return diagnostics, diagnostics
+    unconstrained = _diagnose(moments, None, superchain_size).unravel(position)
+    constrained = _diagnose(moments.observed, reference, superchain_size).unravel(observed)
+    return constrained, unconstrained
+
+
 def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None) -> Diagnostics:
-    """Ensemble diagnostics from every chain's moments (identical on every device)."""
+    """Flat ensemble diagnostics from every chain's moments (identical on every device)."""
 
     half_mean, half_var = moments.half_mean_var()
     mean, var = moments.chain_mean_var()
@@ -35,7 +56,7 @@ def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None
     ens_second = enn.chain_mean(moments.second_moment)
     b2_max = b2_mean = None
     if reference is not None:
-        observed_second = enn.chain_mean(moments.observable_second_moment)
+        observed_second = enn.chain_mean(moments.second_moment)
         b2_max, b2_mean = diag.bias_squared(
             observed_second, reference.second_moment, reference.second_moment_var
         )
@@ -61,31 +82,96 @@ def on_mesh_of(x: Any, fn: Any) -> Any:
         return fn(x)
 
 
-def finalise(setup: Setup, at: Any) -> Result:
-    """The `Result` of a run whose loop has ended at `at` (a `Sampled`)."""
+def _unravel_chain(
+    logdensity: Logdensity,
+    position: Structure,
+    observed: Structure | None,
+    final: Any,
+    draws: Any,
+    lp: bool,
+) -> tuple[Any, Any, Any, Any]:
+    """One chain's outputs in the user's structures: its final position, its thinned draws
+    `(draws, dim)` as positions and as observables, and their log densities."""
+    final = position.unravel(final)
+    if draws is None:
+        return final, None, None, None
+    observe = observed is not None
+    trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
+    return final, position.unravel(draws), trace, (jax.vmap(logdensity)(draws) if lp else None)
+
+
+def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
+    try:
+        jax.eval_shape(
+            logdensity, jax.ShapeDtypeStruct((setup.position.dim,), setup.position.dtype)
+        )
+    except TypeError:
+        return False  # a minibatch log density (position, indices): no per-draw value
+    return True
+
+
+def _grads_history(bias_grads: Any, num_steps: int) -> Any:
+    """The ensemble's gradients per chain after each sampling step, `(num_steps,)`, from the
+    slots spread over the chains (chain `c` holds steps `c, c + n, ...`)."""
+    return enn.chain_all_gather(bias_grads).T.reshape(-1)[:num_steps]
+
+
+def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
+    """The `Result` of a run whose loop has ended at `at` (a `Sampled`); `logdensity` is
+    the (flat) log density the chains used, for the observable of the kept draws."""
     diagnose = enn.ensemble_map(
-        _diagnose, in_roles=(PER_CHAIN, BROADCAST, None), out_roles=BROADCAST, **setup.mapping
+        _diagnose_both,
+        in_roles=(PER_CHAIN, BROADCAST, None, None, None),
+        out_roles=BROADCAST,
+        **setup.mapping,
     )
     carry = at.carry
-    diagnostics = diagnose(carry.moments, setup.reference, setup.superchain_size)
+    diagnostics, unconstrained = diagnose(
+        carry.moments, setup.reference, setup.superchain_size, setup.position, setup.observed
+    )
 
     def joined(parts: list, axis: int) -> Any:
         if not parts:
             return None
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
+    flat_trace = joined(at.trace, axis=1)
+    outputs = enn.ensemble_map(
+        _unravel_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
+        out_roles=PER_CHAIN, **setup.mapping,
+    )  # fmt: skip
+    state, position_trace, trace, draw_logdensity = carry.state, None, None, None
+    if flat_trace is not None or not setup.position.plain:  # else nothing to unravel
+        final, position_trace, trace, draw_logdensity = outputs(
+            logdensity, setup.position, setup.observed, carry.state.position, flat_trace,
+            flat_trace is not None and _takes_one_position(setup, logdensity),
+        )  # fmt: skip
+        state = eqx.tree_at(lambda s: s.position, carry.state, final)
+    trace = position_trace if trace is None else trace
+    grads_history = None
+    if carry.bias_grads is not None:
+        history = enn.ensemble_map(
+            functools.partial(_grads_history, num_steps=setup.num_steps),
+            in_roles=PER_CHAIN, out_roles=BROADCAST, **setup.mapping,
+        )  # fmt: skip
+        grads_history = history(carry.bias_grads)
     return Result(
-        state=carry.state,
+        state=state,
         sampler=at.sampler,
         moments=carry.moments,
         diagnostics=diagnostics,
         acceptance_rate=carry.acceptance / setup.total,
         num_divergent=carry.divergent,
         num_grads=carry.grads,
-        trace=joined(at.trace, axis=1),
+        trace=trace,
         bias_history=joined(at.bias_history, axis=0),
         adaptation_info=at.adaptation_info,
         num_steps=setup.num_steps,
         num_warmup=setup.num_warmup,
         superchain_size=setup.superchain_size,
+        unconstrained=Unconstrained(diagnostics=unconstrained, trace=position_trace),
+        draw_logdensity=draw_logdensity,
+        grads_history=grads_history,
+        reference=setup.reference,
+        structure=setup.observed if setup.observed is not None else setup.position,
     )

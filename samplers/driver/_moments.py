@@ -1,5 +1,7 @@
 """Streaming per-chain moments: what a run keeps instead of every draw."""
 
+from typing import Optional
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
@@ -12,9 +14,11 @@ class ChainMoments(eqx.Module):
 
     Means and sums of squared deviations are kept separately for the first and second
     half of the run (Welford updates), which is what split R-hat needs; `second_moment`
-    is the running mean of `x**2` over every sampling step, and `observable_second_moment`
-    that of the target's observable (`target.observable(x)`, e.g. the funnel's Gaussianized
-    coordinates; `x` itself by default), which b² compares with the reference.
+    is the running mean of `x**2` over every sampling step. `observed` holds the same
+    moments of the target's observable (`target.observable(x)`: the constrained parameters
+    of a model, the funnel's Gaussianized coordinates), of its own dimension; None when the
+    target has no observable (the observable is then `x` itself). The diagnostics of a run
+    describe the observable; b² compares its second moment with the reference.
 
     Example:
         >>> import jax.numpy as jnp, samplers
@@ -31,24 +35,36 @@ class ChainMoments(eqx.Module):
     mean: Float[Array, "2 dim"] = enn.per_chain()
     m2: Float[Array, "2 dim"] = enn.per_chain()
     second_moment: Float[Array, " dim"] = enn.per_chain()
-    observable_second_moment: Float[Array, " dim"] = enn.per_chain()
+    observed: Optional["ChainMoments"] = enn.per_chain(default=None)
 
     @classmethod
-    def zeros(cls, dim: int, dtype: jnp.dtype = jnp.float32) -> "ChainMoments":
+    def zeros(
+        cls,
+        dim: int,
+        dtype: jnp.dtype = jnp.float32,
+        observable_dim: int | None = None,
+        observable_dtype: jnp.dtype | None = None,
+    ) -> "ChainMoments":
+        """No steps yet; `observable_dim` (None: no separate observable) sizes `observed`."""
+        observed = None
+        if observable_dim is not None:
+            observed = cls.zeros(observable_dim, observable_dtype or dtype)
         return cls(
             count=jnp.zeros(2, jnp.int32),
             mean=jnp.zeros((2, dim), dtype),
             m2=jnp.zeros((2, dim), dtype),
             second_moment=jnp.zeros(dim, dtype),
-            observable_second_moment=jnp.zeros(dim, dtype),
+            observed=observed,
         )
 
     def update(
         self,
         x: Float[Array, " dim"],
         half: Int[Array, ""],
-        observed: Float[Array, " dim"] | None = None,
+        observed: Float[Array, " obs"] | None = None,
     ) -> "ChainMoments":
+        """One more sampling step at `x` (and the observable's value `observed`, which is
+        required when these moments track one) in half `half` (0 or 1)."""
         # Multiply by reciprocals written out: XLA's CPU simplifier turns some (not all)
         # divisions by a broadcast scalar into such multiplications, depending on the fusion
         # it picks for the local batch (seen on jax 0.12), which would make the moments
@@ -60,10 +76,18 @@ class ChainMoments(eqx.Module):
         m2 = self.m2.at[half].add(delta * (x - mean[half]))
         inv_total = 1 / count.sum().astype(x.dtype)
         second = self.second_moment + (x * x - self.second_moment) * inv_total
-        observed = x if observed is None else observed
-        obs = self.observable_second_moment
-        obs = obs + (observed * observed - obs) * inv_total
+        obs = None if self.observed is None else self.observed.update(observed, half)
         return ChainMoments(count, mean, m2, second, obs)
+
+    @property
+    def observable(self) -> "ChainMoments":
+        """The observable's moments (these moments themselves without one)."""
+        return self if self.observed is None else self.observed
+
+    @property
+    def observable_second_moment(self) -> Float[Array, " obs"]:
+        """The running mean of `observable(x)**2`, which b² compares with the reference."""
+        return self.observable.second_moment
 
     def chain_mean_var(self) -> tuple[Float[Array, " dim"], Float[Array, " dim"]]:
         """Mean and (unbiased) variance of the whole chain, pooling both halves."""

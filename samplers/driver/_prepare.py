@@ -4,7 +4,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
@@ -13,7 +12,6 @@ from ensemblenn import PER_CHAIN
 from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler, init_chain
 from ._chunk import Carry
-from ._moments import ChainMoments
 from ._progress import Progress
 from ._setup import Setup
 
@@ -84,13 +82,5 @@ def prepare(
                 adaptation, sampler, logdensity, state, setup.adapt_keys
             )
             produced.append(state)
-    dim = int(np.shape(state.position)[-1])
-    zeros = jnp.zeros(setup.num_chains)
-    carry = Carry(
-        state=state,
-        moments=jax.vmap(lambda _: ChainMoments.zeros(dim, state.position.dtype))(zeros),
-        acceptance=zeros.astype(jnp.float32),
-        divergent=zeros.astype(jnp.int32),
-        grads=zeros.astype(jnp.int32),
-    )
+    carry = setup.initial_carry(state)
     return sampler, carry, adaptation_info

@@ -10,6 +10,8 @@ from jaxtyping import Array, Float, Int
 
 import ensemblenn as enn
 
+from ._bias import grads_to_threshold
+from ._flat import Structure
 from ._moments import ChainMoments
 from ._verdict import Verdict, verdict_of
 
@@ -17,13 +19,18 @@ from ._verdict import Verdict, verdict_of
 class Diagnostics(eqx.Module):
     """Ensemble diagnostics, computed on device from every chain's moments.
 
+    Each per-coordinate field is a pytree with ONE chain's structure of what it describes:
+    `Result.diagnostics` the target's observable (the constrained parameters; the position
+    when the target has no `observable`), `Result.unconstrained.diagnostics` the position.
+    A plain `(num_chains, dim)` run gives `(dim,)` arrays, as before.
+
     Attributes:
-        mean, sd, second_moment: ensemble estimates per dimension.
-        rhat: split R-hat per dimension (from per-half moments).
-        nested_rhat: nested R-hat per dimension when superchains were requested.
-        ess: many-chain effective sample size per dimension.
-        bias_squared_max, bias_squared_mean: b² of the second moments against the
-            reference (None without one).
+        mean, sd, second_moment: ensemble estimates per coordinate.
+        rhat: split R-hat per coordinate (from per-half moments).
+        nested_rhat: nested R-hat per coordinate when superchains were requested.
+        ess: many-chain effective sample size per coordinate.
+        bias_squared_max, bias_squared_mean: b² of the observable's second moments against
+            the reference (None without one).
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -35,14 +42,52 @@ class Diagnostics(eqx.Module):
         ((2,), (2,), (2,), True)
     """
 
-    mean: Float[Array, " dim"] = enn.broadcast()
-    sd: Float[Array, " dim"] = enn.broadcast()
-    second_moment: Float[Array, " dim"] = enn.broadcast()
-    rhat: Float[Array, " dim"] = enn.broadcast()
-    nested_rhat: Float[Array, " dim"] | None = enn.broadcast()
-    ess: Float[Array, " dim"] = enn.broadcast()
+    mean: Any = enn.broadcast()
+    sd: Any = enn.broadcast()
+    second_moment: Any = enn.broadcast()
+    rhat: Any = enn.broadcast()
+    nested_rhat: Any = enn.broadcast()
+    ess: Any = enn.broadcast()
     bias_squared_max: Float[Array, ""] | None = enn.broadcast()
     bias_squared_mean: Float[Array, ""] | None = enn.broadcast()
+
+    def unravel(self, structure: Structure) -> "Diagnostics":
+        """These (flat) diagnostics with each per-coordinate field in `structure`."""
+
+        def tree(x: Any) -> Any:
+            return None if x is None else structure.unravel(x)
+
+        return Diagnostics(
+            tree(self.mean), tree(self.sd), tree(self.second_moment), tree(self.rhat),
+            tree(self.nested_rhat), tree(self.ess), self.bias_squared_max,
+            self.bias_squared_mean,
+        )  # fmt: skip
+
+
+class Unconstrained(eqx.Module):
+    """The run on the scale the chains move on: diagnostics and thinned draws of the
+    position itself (in the positions' structure), beside `Result.diagnostics`/`trace`,
+    which describe the target's observable. They are the same when it has none.
+
+    Attributes:
+        diagnostics: `Diagnostics` of the position.
+        trace: the thinned positions (leaves `(num_chains, num_draws, ...)`), or None.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> class Lognormal(samplers.targets.IllConditionedGaussian):   # observe exp(x)
+        ...     def observable(self, x):
+        ...         return {"y": jnp.exp(x)}
+        >>> result = samplers.run(samplers.MALA(0.8), Lognormal(1, 1.0), jnp.zeros((8, 1)),
+        ...                       key=jax.random.key(0), num_steps=20, thin=10, progress=False)
+        >>> result.trace["y"].shape, result.unconstrained.trace.shape
+        ((8, 2, 1), (8, 2, 1))
+        >>> result.unconstrained.diagnostics.mean.shape, list(result.diagnostics.mean)
+        ((1,), ['y'])
+    """
+
+    diagnostics: Diagnostics
+    trace: Any = enn.per_chain(default=None)
 
 
 class Result(eqx.Module):
@@ -56,10 +101,23 @@ class Result(eqx.Module):
         acceptance_rate: mean acceptance per chain over warmup and sampling.
         num_divergent: divergent transitions per chain.
         num_grads: gradient evaluations per chain (excluding adaptation).
-        trace: `(num_chains, num_draws, dim)` thinned draws if `thin` was given.
+        trace: the thinned draws if `thin` was given, of the target's observable when it
+            has one (else of the position), in its structure: leaves
+            `(num_chains, num_draws, ...)`; `(num_chains, num_draws, dim)` for a plain run.
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
         superchain_size: the run's superchain size (nested R-hat), or None.
+        unconstrained: `Unconstrained`: diagnostics and draws of the position itself.
+        draw_logdensity: `(num_chains, num_draws)` log density of each kept draw, or None.
+        grads_history: `(num_steps,)` the ensemble's gradients per chain (mean over chains,
+            warmup included, adaptation not) after each sampling step, when b² is tracked.
+        adaptation_bias: the adaptation phases' b² history, `(steps, 3)` rows of (b² max,
+            b² mean, gradients per chain since the adaptation began), prepended by
+            `grads_to_bias` (the sampling rows then count from the adaptation's last);
+            None when the adaptation does not record it.
+        reference: the reference moments the run compared with, or None.
+        structure: the `Structure` of the diagnostics (one chain's observable): the
+            coordinate names of the summary.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -79,12 +137,18 @@ class Result(eqx.Module):
     acceptance_rate: Float[Array, " chains"] = enn.per_chain()
     num_divergent: Int[Array, " chains"] = enn.per_chain()
     num_grads: Int[Array, " chains"] = enn.per_chain()
-    trace: Float[Array, "chains draws dim"] | None = enn.per_chain()
+    trace: Any = enn.per_chain()
     bias_history: Float[Array, "steps 2"] | None = enn.broadcast()
     adaptation_info: Any = None
     num_steps: int = eqx.field(static=True, default=0)
     num_warmup: int = eqx.field(static=True, default=0)
     superchain_size: int | None = eqx.field(static=True, default=None)
+    unconstrained: Unconstrained | None = None
+    draw_logdensity: Float[Array, "chains draws"] | None = enn.per_chain(default=None)
+    grads_history: Float[Array, " steps"] | None = enn.broadcast(default=None)
+    adaptation_bias: Float[Array, "adapt_steps 3"] | None = enn.broadcast(default=None)
+    reference: Any = enn.broadcast(default=None)
+    structure: Structure | None = None
 
     @property
     def num_chains(self) -> int:
@@ -102,19 +166,86 @@ class Result(eqx.Module):
         sane acceptance (see `verdict`)."""
         return self.verdict.converged
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """One name per coordinate of the diagnostics, in order (`mu`, `theta[3]`)."""
+        if self.structure is None:
+            return tuple(f"x[{i}]" for i in range(np.size(self.diagnostics.mean)))
+        return self.structure.names
+
+    def bias_trajectory(self, reduction: str = "max") -> tuple[np.ndarray, np.ndarray]:
+        """`(b², gradients per chain)` after each recorded step: the adaptation's history
+        (`adaptation_bias`) when there is one, then the sampling steps'.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, samplers
+            >>> target = samplers.targets.IllConditionedGaussian(2, 1.0)
+            >>> result = samplers.run(samplers.HMC(0.5, 4), target, jnp.ones((8, 2)),
+            ...                       key=jax.random.key(0), num_steps=6, track_bias=True,
+            ...                       progress=False)
+            >>> b2, grads = result.bias_trajectory()
+            >>> b2.shape, grads.tolist()
+            ((6,), [4.0, 8.0, 12.0, 16.0, 20.0, 24.0])
+        """
+        column = {"max": 0, "mean": 1}.get(reduction)
+        if column is None:
+            raise enn.EnsembleError(f'reduction must be "max" or "mean", got {reduction!r}.')
+        if self.bias_history is None or self.grads_history is None:
+            raise enn.EnsembleError(
+                "This result has no b² history.\n  fix: run with track_bias=True and a "
+                "reference (a target with `reference` moments, or reference=...)."
+            )
+        b2 = np.asarray(self.bias_history)[:, column].astype(np.float64)
+        grads = np.asarray(self.grads_history).astype(np.float64)
+        if self.adaptation_bias is not None:
+            adapt = np.asarray(self.adaptation_bias, np.float64)
+            offset = adapt[-1, 2] if len(adapt) else 0.0
+            b2 = np.concatenate([adapt[:, column], b2])
+            grads = np.concatenate([adapt[:, 2], grads + offset])
+        return b2, grads
+
+    def grads_to_bias(self, threshold: float = 0.01, reduction: str = "max") -> float:
+        """Gradients per chain after which the ensemble's per-step b² stays below
+        `threshold` (`inf` if it never does), as the LAPS paper reports its runs.
+
+        Needs `track_bias=True` (and a reference). The count is the mean over chains of the
+        gradients each chain has spent (warmup included; adaptation included once its
+        history is recorded in `adaptation_bias`).
+
+        Args:
+            threshold: the b² level.
+            reduction: `"max"` (over coordinates, the LAPS paper's choice) or `"mean"`.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, samplers
+            >>> target = samplers.targets.IllConditionedGaussian(2, 1.0)
+            >>> result = samplers.run(samplers.HMC(0.5, 4), target, jnp.ones((64, 2)),
+            ...                       key=jax.random.key(0), num_steps=200, track_bias=True,
+            ...                       progress=False)
+            >>> 0 < result.grads_to_bias(0.1) < 800
+            True
+        """
+        b2, grads = self.bias_trajectory(reduction)
+        return grads_to_threshold(b2, grads, threshold)
+
     def summary(self, max_rows: int = 10, *, print_it: bool = True) -> str:
         """The verdict line (see `verdict`), then a compact table: mean, sd, R-hat and ESS per
-        dimension (truncated for large d), with the ensemble's acceptance, divergences and
-        b² when a reference was given."""
+        coordinate of the observable, rows named by path (`mu`, `theta_z[3]`; `x[0]`.. for a
+        plain array), truncated for large d, with the reference mean when the run had one,
+        and the ensemble's acceptance, divergences and b²."""
         d = self.diagnostics
         cols = {
-            "mean": np.asarray(d.mean),
-            "sd": np.asarray(d.sd),
-            "rhat": np.asarray(d.rhat),
-            "ess": np.asarray(d.ess),
+            "mean": self._flat(d.mean),
+            "sd": self._flat(d.sd),
+            "rhat": self._flat(d.rhat),
+            "ess": self._flat(d.ess),
         }
         if d.nested_rhat is not None:
-            cols["nested_rhat"] = np.asarray(d.nested_rhat)
+            cols["nested_rhat"] = self._flat(d.nested_rhat)
+        reference_mean = getattr(self.reference, "mean", None)
+        if reference_mean is not None and np.size(reference_mean) == cols["mean"].size:
+            cols["ref mean"] = np.ravel(np.asarray(reference_mean))
+        names = self.names
         dim = cols["mean"].shape[0]
         rows = list(range(dim))
         if dim > max_rows:
@@ -137,17 +268,22 @@ class Result(eqx.Module):
                 f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
                 f"mean {float(d.bias_squared_mean):.2e}"
             )
-        header = f"{'dim':>6} " + " ".join(f"{name:>11}" for name in cols)
+        width = max([6] + [len(names[r]) for r in rows if r >= 0])
+        header = f"{'':<{width}} " + " ".join(f"{name:>11}" for name in cols)
         lines += [header, "-" * len(header)]
         for r in rows:
             if r == -1:
-                lines.append(f"{'...':>6}")
+                lines.append(f"{'...':<{width}}")
                 continue
-            lines.append(f"{r:>6} " + " ".join(f"{cols[n][r]:>11.4g}" for n in cols))
+            lines.append(f"{names[r]:<{width}} " + " ".join(f"{cols[n][r]:>11.4g}" for n in cols))
         text = "\n".join(lines)
         if print_it and jax.process_index() == 0:  # several processes: print once
             print(text)
         return text
+
+    def _flat(self, tree: Any) -> np.ndarray:
+        """A diagnostics field as one flat host vector, in the order of `names`."""
+        return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
 
     def to_arviz(self, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
         """The trace as an `arviz.InferenceData` (needs `thin=` in `samplers.run`, and

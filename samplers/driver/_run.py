@@ -14,12 +14,14 @@ from .. import checkpoint
 from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler
 from ._finalise import finalise
+from ._flat import flatten_target
 from ._loop import Sampled, chunk_loop, save
 from ._prepare import prepare
 from ._progress import Progress
 from ._result import Result
 from ._setup import make_setup
 from ._validate import (
+    check_finite,
     check_inputs,
     check_key,
     check_logdensity,
@@ -114,10 +116,16 @@ def run(
     """
     check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
     check_key(key)
-    positions = jnp.asarray(positions) if isinstance(positions, np.ndarray) else positions
-    check_logdensity(logdensity, positions)
+    positions = jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x,
+                             positions)  # fmt: skip
     if reference is None:
         reference = getattr(logdensity, "reference", None)
+    # Ravel once: from here on the chains are flat vectors (see _flat.py).
+    user = logdensity
+    logdensity, positions, position, observed = flatten_target(user, positions)
+    observed = observed if hasattr(user, "observable") else None
+    check_finite(positions)
+    check_logdensity(user, position.one_chain())
     num_chains = int(np.shape(positions)[0])
     check_options(num_chains, chunk_size, superchain_size, reference, block_size,
                   checkpoint_every, track_bias)  # fmt: skip
@@ -127,7 +135,10 @@ def run(
         positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
         reference=reference, superchain_size=superchain_size, track_bias=track_bias,
         chunk_size=chunk_size, mesh=mesh, axis=axis, block_size=block_size,
+        position=position, observed=observed,
     )  # fmt: skip
+    # The checkpoint sees the flat positions; a wrapped log density carries the structure
+    # (leaf names and shapes) into the fingerprint.
     store = checkpoint.open_run(
         checkpoint_dir, checkpoint_every, resume, traced=setup.traced, key=key, mesh=mesh,
         axis=axis, sampler=sampler, adaptation=adaptation, logdensity=logdensity,
@@ -155,7 +166,7 @@ def run(
         at = chunk_loop(setup, logdensity, at, first_step, store, bar)
     finally:
         bar.close()
-    result = finalise(setup, at)
+    result = finalise(setup, at, logdensity)
     if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
         warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
     return result

@@ -4,11 +4,14 @@ import math
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
 
-from ._chunk import Config
+from ._chunk import Carry, Config
+from ._flat import Structure
+from ._moments import ChainMoments
 
 
 class Setup(NamedTuple):
@@ -26,10 +29,33 @@ class Setup(NamedTuple):
     run_keys: Array
     mapping: dict  # the keyword arguments of every enn.ensemble_map of the run
     traced: bool  # called under a trace (jit, eval_shape): no eager checks, no progress
+    position: Structure  # one chain's position pytree <-> flat vectors
+    observed: Structure | None  # the observable's, or None when the target has none
 
     @property
     def total(self) -> int:
         return self.num_warmup + self.num_steps
+
+    def initial_carry(self, state: Any) -> Carry:
+        """Every chain's carry before the first step: zero moments and counters."""
+        dim, dtype = int(state.position.shape[-1]), state.position.dtype
+        obs = self.observed
+        one = ChainMoments.zeros(
+            dim, dtype, None if obs is None else obs.dim, None if obs is None else obs.dtype
+        )
+        zeros = jnp.zeros(self.num_chains)
+        bias_grads = None
+        if self.config.track_bias:  # one slot per sampling step, spread over the chains
+            slots = -(-self.num_steps // self.num_chains)
+            bias_grads = jnp.zeros((self.num_chains, slots), jnp.float32)
+        return Carry(
+            state=state,
+            moments=jax.vmap(lambda _: one)(zeros),
+            acceptance=zeros.astype(jnp.float32),
+            divergent=zeros.astype(jnp.int32),
+            grads=zeros.astype(jnp.int32),
+            bias_grads=bias_grads,
+        )
 
 
 def make_setup(
@@ -46,7 +72,10 @@ def make_setup(
     mesh: Any,
     axis: str,
     block_size: Any,
+    position: Structure,
+    observed: Structure | None,
 ) -> Setup:
+    """The run's `Setup`; `positions` are the flat `(num_chains, dim)` ones."""
     num_chains = int(jax.tree.leaves(positions)[0].shape[0])
     k_init, k_adapt, k_run = jax.random.split(key, 3)
     thin_by = thin or 1
@@ -60,6 +89,7 @@ def make_setup(
         first_sample=num_warmup,
         track_bias=track_bias and reference is not None,
         keep_trace=bool(thin),
+        num_chains=num_chains,
     )
     # Process-aware chain keys: global arrays laid out like the chains when several
     # processes share the mesh.
@@ -78,4 +108,6 @@ def make_setup(
         run_keys=keys[2],
         mapping=dict(mesh=mesh, axis=axis, block_size=block_size),
         traced=traced,
+        position=position,
+        observed=observed,
     )

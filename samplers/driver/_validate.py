@@ -14,9 +14,10 @@ from ..adaptation import Adaptation
 from ..kernels import Sampler
 
 
-def check_logdensity(logdensity: Any, positions: Any) -> None:
-    """The log-density must map one position to a real scalar JAX array, and be traceable."""
-    one = jax.ShapeDtypeStruct(np.shape(positions)[1:], positions.dtype)
+def check_logdensity(logdensity: Any, one: Any) -> None:
+    """The log-density must map one chain's position (`one`: its pytree of
+    `jax.ShapeDtypeStruct`) to a real scalar JAX array, and be traceable."""
+    shape = jax.tree.map(lambda x: x.shape, one)
     if not _takes_one_argument(logdensity):
         return  # e.g. a minibatch log-density (position, indices): its kernel checks it
     returned: list[Any] = []
@@ -24,18 +25,18 @@ def check_logdensity(logdensity: Any, positions: Any) -> None:
         out = jax.eval_shape(lambda x: returned.append(logdensity(x)) or returned[-1], one)
     except (jax.errors.JAXTypeError, jax.errors.JAXIndexError) as err:
         raise SamplerTypeError(
-            f"logdensity cannot be traced by JAX at a position of shape {one.shape} "
+            f"logdensity cannot be traced by JAX at a position of shape {shape} "
             f"({type(err).__name__}): {str(err).splitlines()[0]}\n  fix: compute with jnp "
             "only: no float(), .item(), np.asarray() or Python `if` on the position (use "
             "jnp.where)."
         ) from err
     except Exception as err:
         raise SamplerError(
-            f"logdensity raised {type(err).__name__} at a position of shape {one.shape} "
-            f"{one.dtype}: {err}\n  fix: make it accept one position (samplers.run maps it "
+            f"logdensity raised {type(err).__name__} at a position of shape {shape}: "
+            f"{err}\n  fix: make it accept one position (samplers.run maps it "
             "over the chains) and return its log density."
         ) from err
-    check_logdensity_value(returned[-1] if returned else out, out, one.shape)
+    check_logdensity_value(returned[-1] if returned else out, out, shape)
 
 
 def _takes_one_argument(fn: Any) -> bool:
@@ -169,20 +170,18 @@ def check_inputs(
             f"thin must be None or an int in [1, num_steps={num_steps}], got {thin!r}.\n"
             "  fix: thin=10 keeps every 10th draw in result.trace; None keeps no trace."
         )
-    shape = np.shape(positions)
-    if len(shape) != 2:
+    if hasattr(positions, "shape") and hasattr(positions, "dtype") and np.ndim(positions) < 2:
         raise SamplerError(
-            f"positions must have shape (num_chains, dim), got shape {shape}.\n  fix: stack one "
-            "initial position per chain, e.g. jnp.zeros((num_chains, dim))."
+            f"positions must have shape (num_chains, dim), got shape {np.shape(positions)}.\n"
+            "  fix: stack one initial position per chain, e.g. jnp.zeros((num_chains, dim)), "
+            "or pass a pytree of such arrays (e.g. {'mu': jnp.zeros(num_chains)})."
         )
-    dtype = positions.dtype if hasattr(positions, "dtype") else np.asarray(positions).dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise SamplerError(
-            f"positions must be floating point, got dtype {dtype}.\n  fix: "
-            "positions.astype(jnp.float32)."
-        )
-    if not isinstance(positions, jax.core.Tracer):
-        finite = np.isfinite(np.asarray(positions))
+
+
+def check_finite(flat: Any) -> None:
+    """Every chain starts at a finite point (`flat`: the raveled `(num_chains, dim)`)."""
+    if not isinstance(flat, jax.core.Tracer):
+        finite = np.isfinite(np.asarray(flat))
         if not finite.all():
             bad = np.argwhere(~finite.all(axis=1)).ravel()[:5].tolist()
             raise SamplerError(

@@ -1,0 +1,162 @@
+"""NumPyro models as targets: `from_numpyro(model, *args, **kwargs)`.
+
+NumPyro is an optional extra (`pip install 'ensemblenn[numpyro]'`); it is imported when
+`from_numpyro` is called.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+import ensemblenn as enn
+
+__all__ = ["NumPyroTarget", "from_numpyro"]
+
+
+def _numpyro_util() -> Any:
+    try:
+        from numpyro.infer import util
+    except ImportError:
+        raise ImportError(
+            "samplers.targets.from_numpyro needs NumPyro, which is not installed.\n  fix: "
+            "pip install 'ensemblenn[numpyro]'"
+        ) from None
+    return util
+
+
+class NumPyroTarget(eqx.Module):
+    """A NumPyro model's posterior over its unconstrained latent sites (a dict pytree).
+
+    `target(position)` is the log joint density of one chain's unconstrained values (the
+    negative of NumPyro's potential energy, Jacobians included); `observable(position)`
+    maps them to the constrained site values (plus the model's floating `deterministic`
+    sites), which is what `samplers.run` reports. The model's arguments are fields, so
+    the data enter the ensemble's `shard_map` as operands.
+
+    Attributes:
+        model: the NumPyro model (a Python callable).
+        model_args, model_kwargs: its arguments (the data).
+        sites: `(name, unconstrained shape)` of each latent site (`shapes` as a dict).
+        deterministic: the names of the deterministic sites `observable` reports.
+        reference: None (no known moments).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist, samplers
+        >>> def model(y):
+        ...     scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+        ...     numpyro.sample("y", dist.Normal(0.0, scale), obs=y)
+        >>> target = samplers.targets.from_numpyro(model, jnp.array([0.5, -1.0]))
+        >>> target.shapes
+        {'scale': ()}
+        >>> x = target.initial_positions(jax.random.key(0), num_chains=4)
+        >>> x["scale"].shape, bool((target.observable({"scale": 0.0})["scale"] == 1.0))
+        ((4,), True)
+    """
+
+    model: Callable = eqx.field(static=True)
+    model_args: tuple
+    model_kwargs: dict
+    sites: tuple[tuple[str, tuple[int, ...]], ...] = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+    deterministic: tuple[str, ...] = eqx.field(static=True)
+    reference: Any = None
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """The unconstrained shape of each latent site, by name."""
+        return dict(self.sites)
+
+    def __call__(self, position: dict) -> Float[Array, ""]:
+        util = _numpyro_util()
+        energy = util.potential_energy(self.model, self.model_args, self.model_kwargs, position)
+        return -energy
+
+    def observable(self, position: dict) -> dict:
+        """The constrained values of the latent sites (and floating deterministic sites)."""
+        util = _numpyro_util()
+        values = util.constrain_fn(
+            self.model, self.model_args, self.model_kwargs, position,
+            return_deterministic=bool(self.deterministic),
+        )  # fmt: skip
+        keep = set(self.shapes) | set(self.deterministic)
+        return {name: value for name, value in values.items() if name in keep}
+
+    def initial_positions(self, key: PRNGKeyArray, num_chains: int) -> dict:
+        """Starting points as NumPyro's `init_to_uniform` draws them: uniform in (-2, 2) on
+        the unconstrained scale, independently per chain and site."""
+        keys = jax.random.split(key, len(self.shapes))
+        return {
+            name: jax.random.uniform(k, (num_chains, *shape), self.dtype, minval=-2.0, maxval=2.0)
+            for k, (name, shape) in zip(keys, self.sites, strict=True)
+        }
+
+
+def from_numpyro(model: Callable, *model_args: Any, **model_kwargs: Any) -> NumPyroTarget:
+    """A target over the unconstrained latent sites of a NumPyro model.
+
+    Args:
+        model: a NumPyro model (a callable with `numpyro.sample` statements).
+        *model_args, **model_kwargs: the model's arguments (its data).
+
+    Returns:
+        A `NumPyroTarget`: pass it to `samplers.run` as the log density, with positions
+        from `target.initial_positions(key, num_chains)` (a dict, one entry per site).
+
+    Raises:
+        ImportError: NumPyro is not installed (`pip install 'ensemblenn[numpyro]'`).
+        enn.EnsembleError: the model has discrete latent sites, or none at all.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist, samplers
+        >>> def model(y):
+        ...     mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        ...     numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+        >>> target = samplers.targets.from_numpyro(model, jnp.array([1.0, 2.0, 3.0]))
+        >>> result = samplers.run(samplers.MALA(0.5), target,
+        ...                       target.initial_positions(jax.random.key(0), 8),
+        ...                       key=jax.random.key(1), num_steps=200, progress=False)
+        >>> result.names
+        ('mu',)
+    """
+    util = _numpyro_util()
+    from numpyro import handlers
+
+    key = jax.random.key(0)  # only to trace the model: the sites' shapes, not values
+    model_trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+    discrete = [
+        name
+        for name, site in model_trace.items()
+        if site["type"] == "sample"
+        and not site.get("is_observed", False)
+        and getattr(site["fn"], "support", None) is not None
+        and site["fn"].support.is_discrete
+    ]
+    if discrete:
+        raise enn.EnsembleError(
+            f"from_numpyro: the model has discrete latent sites {discrete}; the samplers "
+            "move continuous parameters only.\n  fix: marginalise them out of the model "
+            "(or observe them)."
+        )
+    info = util.initialize_model(key, model, model_args=model_args, model_kwargs=model_kwargs)
+    z = info.param_info.z
+    if not z:
+        raise enn.EnsembleError("from_numpyro: the model has no latent sample sites to sample.")
+    dtype = jnp.result_type(*jax.tree.leaves(z))
+    deterministic = tuple(
+        name
+        for name, site in model_trace.items()
+        if site["type"] == "deterministic" and jnp.issubdtype(jnp.result_type(site["value"]),
+                                                              jnp.floating)
+    )  # fmt: skip
+    return NumPyroTarget(
+        model=model,
+        model_args=tuple(model_args),
+        model_kwargs=dict(model_kwargs),
+        sites=tuple(sorted((name, tuple(jnp.shape(value))) for name, value in z.items())),
+        dtype=dtype,
+        deterministic=deterministic,
+    )
