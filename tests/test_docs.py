@@ -149,8 +149,14 @@ def test_every_tutorial_is_executed():
         "tutorials/optax.md",
         "tutorials/scaling-out.md",
         "tutorials/diagnostics.md",
+        "tutorials/reading-a-run.md",
+        "tutorials/warmup-and-nuts.md",
+        "tutorials/pytree-models.md",
+        "tutorials/numpyro-models.md",
     }
     assert expected <= set(PAGE_IDS)
+    tutorials = [p for p in PAGE_IDS if p.startswith("tutorials/")]
+    assert len(tutorials) >= 8, tutorials  # the Tutorials section: at least 8, each executed
     # Blocks that never run are the exception: one launcher in the scaling-out tutorial.
     skipped = sum(
         1
