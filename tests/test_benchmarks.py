@@ -28,11 +28,13 @@ OURS = {
     "nuts": ["samplers.LAPS"],
     "scaling": None,
     "blocks": None,
+    "hmc": ["ensemblenn"],
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},
     "ensemble": {"numpyro AIES": "numpyro", "emcee": "emcee"},
     "nuts": {"numpyro NUTS": "numpyro"},
+    "hmc": {"blackjax": "blackjax"},
 }
 
 
