@@ -17,6 +17,9 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
 * ``scaling``: LAPS time per step and peak memory for 1..8 devices and 64..4096 chains.
 * ``blocks``: the cost of ``samplers.run(block_size=k)`` (device-count invariance) vs one
   wide batch per device.
+* ``hierarchical``: samplers.LAPS vs BlackJAX LAPS on the eight-schools posterior.
+* ``hmc``: samplers.HMC (``samplers.run`` and the bare kernel scan) vs BlackJAX HMC on the
+  logistic regression, same step size, leapfrog steps and chains.
 
 The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
 installed prints a ``skipped`` line for it and still runs our side.
@@ -31,6 +34,8 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "nuts": ((4,), "NumPyro NUTS (4 chains) vs samplers.LAPS (many chains)"),
     "scaling": ((1, 2, 4, 8), "LAPS time per step and peak memory vs devices and chains"),
     "blocks": ((1, 4), "samplers.run block_size (device-count invariance) vs one batch"),
+    "hierarchical": ((1,), "samplers.LAPS vs BlackJAX LAPS on eight schools (non-centred)"),
+    "hmc": ((1,), "samplers.HMC (run, bare kernel) vs BlackJAX HMC on logistic regression"),
 }
 
 __all__ = ["BENCHMARKS"]

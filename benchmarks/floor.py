@@ -9,7 +9,12 @@ through the whole driver, `samplers.run(..., num_steps=K, chunk_size=K)`, second
 (with streaming moments; no trace, no b² tracking).
 
 `ratio` = step time / (gradients per step * floor time per gradient): 1.0 would mean the
-sampler costs nothing beyond its gradients.
+sampler costs nothing beyond its gradients. The kernels also need random numbers: one
+`dim`-vector of normals per chain per step (MALA's noise, HMC's momentum; MCLMC's partial
+refresh) and a uniform for the accept test, from each chain's own key (`fold_in` of the
+step). The `draws` row times exactly that (a `lax.scan` of K per-chain `fold_in` + normal +
+uniform draws), and `ratio_with_draws` = step time / (grads per step * floor per gradient
++ draws per step): 1.0 would mean the kernel costs nothing beyond its gradients and draws.
 """
 
 import argparse
@@ -40,6 +45,8 @@ COLUMNS = [
     ("us_per_grad", "µs/grad", ".1f"),
     ("ratio", "ratio to floor", ".2f"),
     ("ratio_median", "ratio (median)", ".2f"),
+    ("ratio_with_draws", "ratio to grads+draws", ".2f"),
+    ("ratio_with_draws_median", "(median)", ".2f"),
 ]
 
 
@@ -100,7 +107,22 @@ def run(args: argparse.Namespace) -> list[dict]:
             x = jax.lax.with_sharding_constraint(x, sharded)
             return jax.lax.scan(body, x, None, length=steps)[0]
 
-        fns, call_args, grads = {"floor": floor}, {"floor": (target, x0)}, {}
+        @jax.jit
+        def draws(x: Any, keys: Any) -> Any:
+            def one(x: Any, key: Any, i: Any) -> Any:
+                k = jax.random.fold_in(key, i)
+                z = jax.random.normal(k, x.shape)
+                u = jax.random.uniform(jax.random.fold_in(k, 1))
+                return x + 1e-6 * z * u
+
+            def body(x: Any, i: Any) -> tuple:
+                return jax.vmap(one, in_axes=(0, 0, None))(x, keys, i), None
+
+            x = jax.lax.with_sharding_constraint(x, sharded)
+            return jax.lax.scan(body, x, jnp.arange(steps))[0]
+
+        fns = {"floor": floor, "draws": draws}
+        call_args, grads = {"floor": (target, x0), "draws": (x0, keys)}, {}
         for label, kernel in kernels().items():
             init = enn.ensemble_map(
                 lambda k, t, x, key: k.init(t, x, key),
@@ -132,6 +154,21 @@ def run(args: argparse.Namespace) -> list[dict]:
         timing = interleaved(fns, call_args, repeats, number=1)
         floor_min, floor_med = timing["floor"]
         per_grad, per_grad_med = floor_min / steps, floor_med / steps
+        draw, draw_med = timing["draws"][0] / steps, timing["draws"][1] / steps
+        emit(
+            dict(
+                benchmark=BENCH,
+                target=name,
+                devices=n,
+                chains=chains,
+                impl="draws",
+                path="jit(scan(vmap(fold_in, normal, uniform)))",
+                grads_per_step=0,
+                step_us=draw * 1e6,
+                steps=steps,
+            ),
+            records,
+        )
         emit(
             dict(
                 benchmark=BENCH,
@@ -165,6 +202,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                     us_per_grad=t_min / steps / g * 1e6,
                     ratio=t_min / steps / g / per_grad,
                     ratio_median=t_med / steps / g / per_grad_med,
+                    ratio_with_draws=t_min / steps / (g * per_grad + draw),
+                    ratio_with_draws_median=t_med / steps / (g * per_grad_med + draw_med),
                     steps=steps,
                 ),
                 records,
@@ -206,6 +245,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     step_us=best / steps * 1e6,
                     us_per_grad=best / steps / g * 1e6,
                     ratio=best / steps / g / per_grad,
+                    ratio_with_draws=best / steps / (g * per_grad + draw),
                     steps=steps,
                 ),
                 records,

@@ -8,6 +8,7 @@ from typing import Any, Literal, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.extend import core as jex_core
 from jax.sharding import PartitionSpec as P
 
 from ._batch_invariant import check_block_size, resolve_block_size
@@ -40,6 +41,52 @@ class _Discovery(NamedTuple):
     fingerprint: tuple
     captured_ids: tuple[int, ...]
     info: Any
+    reuse: "_Reuse"
+
+
+class _Reuse:
+    """The discovery trace's jaxpr, evaluated in the program instead of tracing `fn` again.
+
+    Equal to every other `_Reuse`, so it rides in the jit cache key without being part of
+    it: two calls with equal plans compile the same program whichever jaxpr they carry.
+    `closed` is None where the jaxpr cannot be reused (an array captured inside a nested
+    `jax.jit` callee is a constant there, and would enter the `shard_map` body by closure;
+    or a mesh was set with `jax.set_mesh`); the program then traces the rebuilt function.
+    `const_slots` and `sharded_slots` give, for each constant and each sharded-capture
+    input of the jaxpr, its position among the lifted operands (None: not lifted), and
+    `num_batched` how many outputs are per-chain.
+    """
+
+    def __init__(
+        self,
+        closed: Any = None,
+        const_slots: tuple[int | None, ...] = (),
+        sharded_slots: tuple[int | None, ...] = (),
+        num_batched: int = 0,
+    ):
+        self.closed = closed
+        self.const_slots = const_slots
+        self.sharded_slots = sharded_slots
+        self.num_batched = num_batched
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, _Reuse)
+
+    def evaluate(self, pcs: list, bcs: list, lifted: list) -> tuple[list, list]:
+        consts = [
+            c if slot is None else lifted[slot]
+            for c, slot in zip(self.closed.consts, self.const_slots)
+        ]
+        sharded = [
+            jnp.zeros(v.aval.shape, v.aval.dtype) if slot is None else lifted[slot]
+            for v, slot in zip(self.closed.jaxpr.invars[len(pcs) + len(bcs) :], self.sharded_slots)
+        ]
+        fn = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(self.closed.jaxpr, consts))
+        outs = fn(*pcs, *bcs, *sharded)
+        return list(outs[: self.num_batched]), list(outs[self.num_batched :])
 
 
 class _Static:
@@ -117,6 +164,7 @@ class _Plan(NamedTuple):
     out: _OutInfo
     out_roles: _Static
     captures: tuple[int | None, ...]
+    reuse: _Reuse
 
 
 def _split_by_role(leaves: list, per_chain: tuple[bool, ...]) -> tuple[list, list]:
@@ -202,20 +250,22 @@ def _run_body(
         block_size=plan.block_size,
     )
     pcs, bcs = _split_by_role(in_leaves, plan.in_per_chain)
+    if plan.reuse.closed is not None:
+        batched, unbatched = plan.reuse.evaluate(pcs, bcs, lifted)
+    else:
 
-    def per_chain(pc_leaves: list, bc_leaves: list, lifted_vals: list) -> list:
-        table = {i: v for i, v in zip(lifted_ids, lifted_vals) if i is not None}
-        return trace.call(_merge_by_role(pc_leaves, bc_leaves, plan.in_per_chain), table)
+        def per_chain(pc_leaves: list, bc_leaves: list, lifted_vals: list) -> list:
+            table = {i: v for i, v in zip(lifted_ids, lifted_vals) if i is not None}
+            return trace.call(_merge_by_role(pc_leaves, bc_leaves, plan.in_per_chain), table)
 
-    with entered(frame):
-        batched = jax.vmap(per_chain, in_axes=(0, None, None), axis_name=plan.local_axis)(
-            pcs, bcs, lifted
-        )
-    info = trace.info
-    unbatched = list(trace.unbatched)
+        with entered(frame):
+            batched = jax.vmap(per_chain, in_axes=(0, None, None), axis_name=plan.local_axis)(
+                pcs, bcs, lifted
+            )
+        unbatched = list(trace.unbatched)
     pc_out, bc_out = [], []
     b_it, u_it = iter(batched), iter(unbatched)
-    for is_pc, lift in zip(info.per_chain, info.lift_per_chain):
+    for is_pc, lift in zip(plan.out.per_chain, plan.out.lift_per_chain):
         if not is_pc:
             bc_out.append(next(u_it))
         elif lift:
@@ -373,9 +423,14 @@ class EnsembleMapped:
         ):
             _DISCOVERIES.move_to_end(signature)
             captured, info = [reachable[i] for i in found.captured_ids], found.info
+            reuse = found.reuse
         else:
-            captured, info = self._discover(static_tree, leaves, in_per_chain, frame, reachable)
-            _DISCOVERIES[signature] = _Discovery(fingerprint, tuple(id(c) for c in captured), info)
+            captured, info, reuse = self._discover(
+                static_tree, leaves, in_per_chain, frame, reachable
+            )
+            _DISCOVERIES[signature] = _Discovery(
+                fingerprint, tuple(id(c) for c in captured), info, reuse
+            )
             if len(_DISCOVERIES) > _MAX_DISCOVERIES:
                 _DISCOVERIES.popitem(last=False)
         if captured and self.closures == "error":
@@ -394,6 +449,7 @@ class EnsembleMapped:
             info,
             out_roles,
             tuple(slot_of.get(id(c)) for c in captured),
+            reuse,
         )
         try:
             pc_out, bc_out = _execute(plan, leaves, lifted)
@@ -419,28 +475,34 @@ class EnsembleMapped:
         in_per_chain: tuple[bool, ...],
         frame: EnsembleFrame,
         reachable: dict[int, Any],
-    ) -> tuple[list, _OutInfo]:
-        """Trace the per-chain function abstractly: its outputs' roles and what it captures."""
+    ) -> tuple[list, _OutInfo, _Reuse]:
+        """Trace the per-chain function abstractly: its outputs' roles, what it captures,
+        and the jaxpr the program evaluates (so `fn` is traced once, not twice)."""
         trace = _Trace(static_tree, self.out_roles, self.local_axis)
         pcs, bcs = _split_by_role(leaves, in_per_chain)
-        local_pcs = [jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype) for x in pcs]
-        local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bcs]
-        # A captured array sharded on an Explicit mesh keeps that type in this trace, where
-        # e.g. indexing it by chain would be a sharding error; it will enter the program
-        # replicated, so trace it unsharded: as an input, which is then captured if used.
-        sharded = [a for a in reachable.values() if is_explicit_sharded(a)]
+        local_pcs = [
+            jax.ShapeDtypeStruct((frame.num_local,) + x.shape[1:], x.dtype, weak_type=_weak(x))
+            for x in pcs
+        ]
+        local_bcs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=_weak(x)) for x in bcs]
+        # A captured array sharded on a mesh keeps that type in this trace, where e.g.
+        # indexing it by chain would be a sharding error on an Explicit mesh (and the jaxpr,
+        # evaluated in the body, would mix meshes); it will enter the program replicated,
+        # so trace it unsharded: as an input, which is then captured if used.
+        sharded = [a for a in reachable.values() if _on_mesh(a)]
         plain = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sharded]
 
-        def discover(pc_leaves: list, bc_leaves: list, sharded_vals: list) -> list:
+        def discover(pc_leaves: list, bc_leaves: list, sharded_vals: list) -> tuple:
             table = {id(a): v for a, v in zip(sharded, sharded_vals)}
 
-            def one(pc: list, bc: list) -> list:
-                return trace.call(_merge_by_role(pc, bc, in_per_chain), table)
+            def one(pc: list, bc: list) -> tuple:
+                batched = trace.call(_merge_by_role(pc, bc, in_per_chain), table)
+                return batched, list(trace.unbatched)
 
             with entered(frame):
-                return jax.vmap(one, in_axes=(0, None), axis_name=self.local_axis)(
-                    pc_leaves, bc_leaves
-                )
+                return jax.vmap(
+                    one, in_axes=(0, None), out_axes=(0, None), axis_name=self.local_axis
+                )(pc_leaves, bc_leaves)
 
         closed = jax.make_jaxpr(discover, axis_env=[(self.axis, frame.num_devices)])(
             local_pcs, local_bcs, plain
@@ -449,7 +511,22 @@ class EnsembleMapped:
         used |= {id(v) for v in closed.jaxpr.outvars}
         sharded_vars = closed.jaxpr.invars[len(closed.jaxpr.invars) - len(sharded) :]
         captured_sharded = [a for a, v in zip(sharded, sharded_vars) if id(v) in used]
-        return jaxpr_constants(closed) + captured_sharded, trace.info
+        constants = jaxpr_constants(closed)
+        captured = constants + captured_sharded
+        slot = {id(c): i for i, c in enumerate(captured)}
+        top = {id(c) for c in closed.consts if isinstance(c, jax.Array)}
+        # Each equation records the context mesh it was traced under and is evaluated under
+        # it again; one set with `jax.set_mesh` would clash with the body's manual axis.
+        if all(id(c) in top for c in constants) and jax.sharding.get_abstract_mesh().empty:
+            reuse = _Reuse(
+                closed,
+                tuple(slot.get(id(c)) if isinstance(c, jax.Array) else None for c in closed.consts),
+                tuple(slot.get(id(a)) for a in sharded),
+                len(trace.info.per_chain) - len(trace.unbatched),
+            )
+        else:
+            reuse = _Reuse()
+        return captured, trace.info, reuse
 
     def _args_roles(self, nargs: int) -> Any:
         roles = self.in_roles
@@ -477,6 +554,19 @@ class EnsembleMapped:
                 f"{devices} chains (e.g. {(n // devices + 1) * devices}), or a mesh with "
                 "fewer devices."
             )
+
+
+def _on_mesh(x: Any) -> bool:
+    if is_explicit_sharded(x):
+        return True
+    try:
+        return not jax.typeof(x).sharding.mesh.empty
+    except AttributeError:
+        return False
+
+
+def _weak(x: Any) -> bool:
+    return bool(getattr(x, "weak_type", False))
 
 
 def _closure_message(fn: Any, captured: list[Any]) -> str:

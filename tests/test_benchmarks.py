@@ -28,11 +28,15 @@ OURS = {
     "nuts": ["samplers.LAPS"],
     "scaling": None,
     "blocks": None,
+    "hmc": ["ensemblenn"],
+    "hierarchical": ["ensemblenn"],
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},
     "ensemble": {"numpyro AIES": "numpyro", "emcee": "emcee"},
     "nuts": {"numpyro NUTS": "numpyro"},
+    "hmc": {"blackjax": "blackjax"},
+    "hierarchical": {"blackjax": "blackjax"},
 }
 
 

@@ -159,11 +159,18 @@ class Opaque:
 
 def test_unreachable_capture_gives_closure_error_not_jax_error(explicit_mesh):
     holder = Opaque(sharded(jnp.ones(2), explicit_mesh))
+    # Evaluated from the discovery trace, the captured constant becomes an operand even
+    # though the holder cannot be rebuilt...
     f = enn.ensemble_map(
         lambda x: x + holder.value.sum(), mesh=explicit_mesh, in_roles=enn.PER_CHAIN
     )
+    np.testing.assert_array_equal(f(jnp.zeros(N)), np.full(N, 2.0))
+    # ...but inside a nested jit callee it is a constant of that callee, and the function
+    # is traced again with the array still captured.
+    inner = jax.jit(lambda x: x + holder.value.sum())
+    g = enn.ensemble_map(lambda x: inner(x), mesh=explicit_mesh, in_roles=enn.PER_CHAIN)
     with pytest.raises(enn.ClosureError, match="pass the array as an argument"):
-        f(jnp.zeros(N))
+        g(jnp.zeros(N))
 
 
 def test_no_array_reaches_a_shard_map_body_except_as_operand(mesh):
