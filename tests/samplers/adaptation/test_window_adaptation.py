@@ -106,7 +106,7 @@ def test_bad_arguments_raise_ensemble_errors(kwargs, error, match):
 
 
 def test_kernels_it_cannot_tune_raise_before_running(auto_mesh):
-    x = np.zeros((8, 3), np.float32)
+    x = np.zeros((8, SMALL.dim), np.float32)  # positions that fit the target
     with pytest.raises(enn.EnsembleError, match="step_size field"):
         _run(samplers.Stretch(), SMALL, x, samplers.WindowAdaptation(num_steps=5), auto_mesh)
     with pytest.raises(enn.EnsembleError, match="dense"):
