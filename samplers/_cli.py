@@ -233,9 +233,11 @@ def _run(args: argparse.Namespace) -> int:
     k_init, k_run = jax.random.split(key)
     positions = jax.vmap(target.initial_position)(jax.random.split(k_init, args.chains))
     report.preamble(args, target, described, k)
-    resumed_from = None
+    resumed_from, earlier_seconds = None, 0.0
     if args.resume and os.path.isfile(os.path.join(args.checkpoint, samplers.checkpoint.FILENAME)):
-        resumed_from = samplers.checkpoint.inspect(args.checkpoint)["step"]
+        saved = samplers.checkpoint.inspect(args.checkpoint)
+        resumed_from = saved["step"]
+        earlier_seconds = float(saved.get("wall_seconds") or 0.0)  # the runs it continues
         print(f"resuming from the checkpoint at step {resumed_from}", flush=True)
     tick = time.perf_counter()
     with warnings.catch_warnings():
@@ -249,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
             checkpoint_dir=args.checkpoint, resume=args.resume, block_size=args.block_size,
         )  # fmt: skip
     jax.block_until_ready(result.state.position)
-    seconds = time.perf_counter() - tick
+    seconds = earlier_seconds + time.perf_counter() - tick  # the whole run, across resumes
     report.results(args, result, seconds)
     if args.out:
         report.write_out(args, result, seconds, resumed_from)

@@ -85,8 +85,13 @@ def write_out(args: argparse.Namespace, result: Any, seconds: float, resumed_fro
         plot_note=note,
     )
     with open(os.path.join(args.out, "diagnostics.json"), "w") as f:
-        json.dump(data, f, indent=2)
+        json.dump(data, f, indent=2, default=_plain)
     print(f"wrote {args.out}/diagnostics.json" + ("" if note else " and convergence.png"))
+
+
+def _plain(value: Any) -> Any:
+    """numpy/JAX scalars and arrays (e.g. a verdict reason's value) as JSON numbers/lists."""
+    return np.asarray(value).tolist()
 
 
 def diagnostics_json(result: Any, seconds: float) -> dict:
@@ -97,10 +102,9 @@ def diagnostics_json(result: Any, seconds: float) -> dict:
     def listify(x: Any) -> Any:  # a pytree's coordinates, in the order of `names`
         if x is None:
             return None
-        leaves = [np.ravel(np.asarray(v)) for v in jax.tree.leaves(x)]
-        return (
-            np.concatenate(leaves).tolist() if len(leaves) > 1 or np.ndim(x) else leaves[0].tolist()
-        )
+        if isinstance(x, jax.Array | np.ndarray | float) and np.ndim(x) == 0:
+            return float(x)  # a scalar such as b²
+        return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree.leaves(x)]).tolist()
 
     return {
         "converged": verdict.converged,
