@@ -47,11 +47,14 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
 
     Example:
         >>> import tempfile, jax, samplers
-        >>> before = jax.config.jax_compilation_cache_dir
+        >>> names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+        ...          "jax_persistent_cache_min_entry_size_bytes")
+        >>> before = {n: getattr(jax.config, n) for n in names}
         >>> path = samplers.enable_compilation_cache(tempfile.mkdtemp())
         >>> jax.config.jax_compilation_cache_dir == str(path)
         True
-        >>> jax.config.update("jax_compilation_cache_dir", before)  # this example only
+        >>> for n, v in before.items():  # this example only: the rest of the process
+        ...     jax.config.update(n, v)  # compiles without the cache
     """
     folder = Path(path).expanduser() if path is not None else default_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)

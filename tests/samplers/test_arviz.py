@@ -2,6 +2,7 @@
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ az = pytest.importorskip("arviz")
 @pytest.fixture(scope="module")
 def result():
     """test_checkpoint's run (the same compiled chunks): 8 draws of 8 chains."""
+    sys.path.insert(0, str(Path(__file__).parent / "checkpoint"))  # alone, e.g. CI lane 2
     from test_checkpoint import make_run
 
     sampler, target, positions, kwargs = make_run()
