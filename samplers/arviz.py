@@ -63,8 +63,9 @@ def _dataset(variables: dict, coords: dict, attrs: dict) -> Any:
 
 
 def _inference_data(az: Any, groups: dict) -> Any:
-    """ArviZ 0.x's `InferenceData`, or 1.x's `xarray.DataTree` of the same groups."""
-    if hasattr(az, "InferenceData"):
+    """ArviZ 0.x's `InferenceData`, or 1.x's `xarray.DataTree` of the same groups (1.x
+    still has an `az.InferenceData` name, an alias of DataTree with another constructor)."""
+    if int(az.__version__.split(".")[0]) < 1:
         return az.InferenceData(**groups)
     import xarray as xr
 
