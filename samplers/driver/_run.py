@@ -78,7 +78,8 @@ def run(
         reference: `samplers.targets.Moments` to measure `bias_squared` against.
         superchain_size: group consecutive chains into superchains for nested R-hat.
         track_bias: record the ensemble's b² after every sampling step.
-        chunk_size: steps per compiled chunk (default: about 20 chunks).
+        chunk_size: steps per compiled chunk (default: the run in 20 chunks, but at least
+            100 steps each: one chunk for runs of up to 100 steps).
         progress: show one progress bar for the ensemble (default: when stderr is a tty;
             with several processes, on process 0 only).
         checkpoint_dir: a folder to save the run in, so that it can be resumed (see

@@ -80,7 +80,9 @@ def make_setup(
     k_init, k_adapt, k_run = jax.random.split(key, 3)
     thin_by = thin or 1
     total = num_warmup + num_steps
-    capacity = chunk_size or max(1, math.ceil(total / 20))
+    # At least 100 steps per chunk (one chunk up to 100 steps), 20 chunks from 2,000 steps:
+    # each chunk costs a dispatch and a host round trip, ~1.5x a short run's time at 20.
+    capacity = chunk_size or max(1, math.ceil(total / 20), min(total, 100))
     capacity = max(thin_by, capacity // thin_by * thin_by)
     config = Config(
         capacity=capacity,
