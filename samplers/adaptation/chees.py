@@ -381,6 +381,7 @@ class ChEES(EnsembleAdaptation):
                 num_excluded=info.num_excluded + bad_before + bad_after,
                 num_grads=info.num_grads,
                 num_restarted=restarted + restarted_after,
+                bias_history=info.bias_history,
             ),
         )
 

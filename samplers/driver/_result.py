@@ -199,6 +199,7 @@ class Result(eqx.Module):
         grads = np.asarray(self.grads_history).astype(np.float64)
         if self.adaptation_bias is not None:
             adapt = np.asarray(self.adaptation_bias, np.float64)
+            adapt = adapt[np.isfinite(adapt[:, 2])]  # unused rows (a run under jit keeps them)
             offset = adapt[-1, 2] if len(adapt) else 0.0
             b2 = np.concatenate([adapt[:, column], b2])
             grads = np.concatenate([adapt[:, 2], grads + offset])
