@@ -284,6 +284,8 @@ class LAPS(Adaptation):
         L_proposal_factor: in-trajectory refresh length in units of the trajectory length.
         superchain_size: consecutive chains per superchain for nested R-hat (static).
         restart_diverged: restart chains that are non-finite after phase 1 (static).
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers

@@ -180,6 +180,8 @@ class WindowAdaptation(Adaptation):
         metric: `"diagonal"`, `"dense"` or None.
         initial_buffer, first_window, final_buffer: the schedule (Stan's 75, 25, 50).
         initial_step_size: the heuristic's first step size (default: the kernel's).
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
