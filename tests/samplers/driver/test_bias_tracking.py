@@ -196,3 +196,15 @@ def test_the_monitor_is_no_setting_of_the_fingerprint():
     for _, adaptation, _ in CASES.values():
         assert _digest(adaptation.with_bias_monitor(monitor)) == _digest(adaptation)
     assert _digest(samplers.LAPS(num_steps1=41)) != _digest(samplers.LAPS(num_steps1=40))
+
+
+def test_the_cli_mclmc_tuning_records_its_steps(explicit_mesh):
+    from samplers._cli_kernels import MCLMCTuning
+
+    result = samplers.run(None, TARGET, START, key=jax.random.key(1), num_steps=5,
+                          adaptation=MCLMCTuning(num_steps=40), track_bias=True,
+                          mesh=explicit_mesh, progress=False)  # fmt: skip
+    rows = np.asarray(result.adaptation_bias)
+    info = result.adaptation_info
+    assert rows.shape == (int(info.num_steps), 3) and np.all(np.isfinite(rows))
+    assert rows[-1, 2] == int(info.num_grads) and rows[0, 0] > 100 * rows[-1, 0]
