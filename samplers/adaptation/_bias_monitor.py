@@ -38,7 +38,7 @@ class BiasMonitor(eqx.Module):
         >>> monitor = BiasMonitor(jnp.ones(2), 2 * jnp.ones(2))   # a standard normal
         >>> rows = enn.ensemble_map(lambda x: monitor.row(None, x, jnp.int32(3)),
         ...                         in_roles=enn.PER_CHAIN, out_roles=enn.BROADCAST)
-        >>> rows(jnp.array([[1.0, 2.0], [1.0, 0.0]])).tolist()   # E[x²] = (1, 2)
+        >>> rows(jnp.array([[1.0, 2.0], [1.0, 0.0]] * 2)).tolist()   # E[x²] = (1, 2)
         [0.5, 0.25, 3.0]
     """
 

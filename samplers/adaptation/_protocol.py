@@ -61,8 +61,10 @@ class Adaptation(eqx.Module):
             >>> from samplers.adaptation import BiasMonitor
             >>> monitor = BiasMonitor(jnp.ones(2), 2 * jnp.ones(2))
             >>> chees = samplers.ChEES(num_steps=10)
-            >>> chees.with_bias_monitor(monitor).bias_monitor is monitor, chees.bias_monitor
-            (True, None)
+            >>> chees.with_bias_monitor(monitor).bias_monitor.second_moment.tolist()
+            [1.0, 1.0]
+            >>> chees.bias_monitor is None   # the original is unchanged
+            True
         """
         return self
 
