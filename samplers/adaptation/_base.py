@@ -11,7 +11,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from ..kernels import Info, Logdensity, Sampler, State, step_chain
-from ._bias_monitor import BiasMonitor, attach, empty_history, monitor_field
+from ._bias_monitor import BiasMonitor, attach, monitor_field
 from ._protocol import Adaptation
 
 
@@ -154,7 +154,7 @@ class EnsembleAdaptation(Adaptation):
             self.init_state(sampler, state),
             jnp.int32(0),
             jnp.int32(0),
-            None if monitor is None else empty_history(self.num_steps),
+            None if monitor is None else BiasMonitor.empty(self.num_steps),
         )
 
         def cond(carry: tuple) -> Bool[Array, ""]:

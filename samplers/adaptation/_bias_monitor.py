@@ -40,6 +40,8 @@ class BiasMonitor(eqx.Module):
         ...                         in_roles=enn.PER_CHAIN, out_roles=enn.BROADCAST)
         >>> rows(jnp.array([[1.0, 2.0], [1.0, 0.0]] * 2)).tolist()   # E[x²] = (1, 2)
         [0.5, 0.25, 3.0]
+        >>> BiasMonitor.empty(5).shape   # a buffer of 5 rows for `record`, all NaN
+        (5, 3)
     """
 
     second_moment: Float[Array, " dim"] = enn.broadcast(converter=jnp.asarray)
@@ -74,16 +76,11 @@ class BiasMonitor(eqx.Module):
         """`history` with row `t` set to `row(logdensity, position, grads)`."""
         return history.at[t].set(self.row(logdensity, position, grads))
 
-
-def empty_history(capacity: int) -> Float[Array, "capacity 3"]:
-    """A history buffer of `capacity` rows, all NaN (unused).
-
-    Example:
-        >>> from samplers.adaptation import empty_history
-        >>> empty_history(4).shape
-        (4, 3)
-    """
-    return jnp.full((capacity, 3), jnp.nan, jnp.float32)
+    @staticmethod
+    def empty(capacity: int) -> Float[Array, "capacity 3"]:
+        """A history buffer for `record`: `capacity` rows (the adaptation's static
+        maximum number of steps), all NaN, i.e. unused."""
+        return jnp.full((capacity, 3), jnp.nan, jnp.float32)
 
 
 def used_rows(history: Any) -> Any:
@@ -92,8 +89,9 @@ def used_rows(history: Any) -> Any:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from samplers.adaptation import empty_history, used_rows
-        >>> h = empty_history(3).at[1].set(jnp.array([0.5, 0.25, 4.0]))
+        >>> from samplers.adaptation import BiasMonitor
+        >>> from samplers.adaptation._bias_monitor import used_rows
+        >>> h = BiasMonitor.empty(3).at[1].set(jnp.array([0.5, 0.25, 4.0]))
         >>> used_rows(h).tolist()
         [[0.5, 0.25, 4.0]]
     """

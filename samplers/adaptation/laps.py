@@ -46,7 +46,7 @@ from ..kernels import (
     step_chain,
 )
 from ._base import finite_chain_mean
-from ._bias_monitor import BiasMonitor, attach, empty_history, monitor_field
+from ._bias_monitor import BiasMonitor, attach, monitor_field
 from ._protocol import Adaptation
 
 __all__ = ["LAPS", "LAPSInfo"]
@@ -547,7 +547,7 @@ class LAPS(Adaptation):
             block=zero,
             last_block=zero,
             history=jnp.zeros((3, self.num_steps1), jnp.float32),
-            bias=None if self.bias_monitor is None else empty_history(self.num_steps1),
+            bias=None if self.bias_monitor is None else BiasMonitor.empty(self.num_steps1),
         )
         return jax.lax.while_loop(
             lambda c: (c.t < self.num_steps1) & ~c.stopped,

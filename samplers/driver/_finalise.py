@@ -11,7 +11,7 @@ import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import diagnostics as diag
-from ..adaptation import used_rows
+from ..adaptation._bias_monitor import used_rows
 from ..kernels import Logdensity
 from ._flat import Structure
 from ._moments import ChainMoments
