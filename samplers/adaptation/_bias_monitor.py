@@ -85,7 +85,8 @@ class BiasMonitor(eqx.Module):
 
 def used_rows(history: Any) -> Any:
     """The rows of a history buffer that a step filled (finite gradient count), in order,
-    as a host array; `history` itself when it is traced (under `jit`) or None.
+    as a host array; `history` itself when it is traced (under `jit`); None when it is
+    None or not such a buffer (a user adaptation's own `bias_history`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -95,7 +96,9 @@ def used_rows(history: Any) -> Any:
         >>> used_rows(h).tolist()
         [[0.5, 0.25, 4.0]]
     """
-    if history is None or isinstance(history, jax.core.Tracer):
+    if history is None or np.ndim(history) != 2 or np.shape(history)[1] != 3:
+        return None
+    if isinstance(history, jax.core.Tracer):
         return history
     if isinstance(history, jax.Array) and not history.is_fully_addressable:
         history = history.addressable_shards[0].data  # replicated (broadcast) rows
