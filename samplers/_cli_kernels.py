@@ -28,6 +28,7 @@ import ensemblenn as enn
 
 from . import targets
 from .adaptation import LAPS, Adaptation
+from .adaptation._bias_monitor import BiasMonitor, attach, monitor_field
 from .kernels import MCLMC, Sampler
 
 TARGETS = {
@@ -69,6 +70,7 @@ class MCLMCTuningInfo(eqx.Module):
     L: Float[Array, ""] = enn.broadcast()
     num_excluded: Int[Array, ""] = enn.broadcast()
     num_grads: Int[Array, ""] = enn.broadcast()
+    bias_history: Float[Array, "steps 3"] | None = enn.broadcast(default=None)
 
 
 class MCLMCTuning(Adaptation):
@@ -86,10 +88,14 @@ class MCLMCTuning(Adaptation):
     """
 
     num_steps: int = eqx.field(static=True, default=500)
+    bias_monitor: BiasMonitor | None = monitor_field()
 
     @property
     def laps(self) -> LAPS:
-        return LAPS(num_steps1=self.num_steps)
+        return LAPS(num_steps1=self.num_steps, bias_monitor=self.bias_monitor)
+
+    def with_bias_monitor(self, monitor: BiasMonitor) -> "MCLMCTuning":
+        return attach(self, monitor)
 
     def initial_state(self, sampler: Sampler | None, logdensity: Any, position: Any, key: Any):
         return self.laps.initial_state(sampler, logdensity, position, key)
@@ -102,7 +108,7 @@ class MCLMCTuning(Adaptation):
         L = jnp.where(jnp.isfinite(p1.L), p1.L, math.sqrt(state.position.shape[-1]))
         tuned = MCLMC(step_size=step_size, L=L, inverse_mass_matrix=p1.imm,
                       integrator=laps.burn_in_integrator)  # fmt: skip
-        info = MCLMCTuningInfo(p1.t, p1.stopped, step_size, L, p1.excluded, 1 + p1.t)
+        info = MCLMCTuningInfo(p1.t, p1.stopped, step_size, L, p1.excluded, 1 + p1.t, p1.bias)
         return tuned, p1.state, info
 
 

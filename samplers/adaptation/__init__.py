@@ -2,6 +2,7 @@
 
 from ._protocol import Adaptation
 from ._base import AdaptationInfo, EnsembleAdaptation, as_array, finite_chain_mean
+from ._bias_monitor import BiasMonitor
 
 # --- LAPS ---
 from .laps import LAPS, LAPSInfo

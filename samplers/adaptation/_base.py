@@ -6,11 +6,12 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
 from ..kernels import Info, Logdensity, Sampler, State, step_chain
+from ._bias_monitor import BiasMonitor, attach, monitor_field
 from ._protocol import Adaptation
 
 
@@ -51,6 +52,9 @@ class AdaptationInfo(eqx.Module):
         num_steps: adaptation steps actually taken (early stopping may cut them short).
         num_excluded: chain-steps left out of the cross-chain means as non-finite.
         num_grads: gradient evaluations per chain spent adapting.
+        bias_history: with `track_bias=True` and a reference, `(num_steps, 3)` rows of
+            (b² max, b² mean, gradients per chain so far) after each step, NaN after the
+            last step taken; else None. `Result.adaptation_bias` holds its used rows.
 
     A run's `result.adaptation_info` holds it (see `EnsembleAdaptation` for a run).
 
@@ -66,6 +70,7 @@ class AdaptationInfo(eqx.Module):
     num_steps: Int[Array, ""] = enn.broadcast()
     num_excluded: Int[Array, ""] = enn.broadcast()
     num_grads: Int[Array, ""] = enn.broadcast()
+    bias_history: Float[Array, "steps 3"] | None = enn.broadcast(default=None, kw_only=True)
 
 
 class EnsembleAdaptation(Adaptation):
@@ -80,6 +85,10 @@ class EnsembleAdaptation(Adaptation):
     * `update(sampler, adaptation_state, means, step)` returns the new sampler and state.
       Hyperparameters computed from ensemble means are identical across chains, so they
       stay broadcast. The sampler is a loop carry: keep its adapted fields as arrays.
+
+    With `track_bias=True` (and a reference) `samplers.run` attaches a `BiasMonitor`
+    (`with_bias_monitor`), and the loop records the ensemble's b² after every step in
+    `AdaptationInfo.bias_history`.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -106,6 +115,7 @@ class EnsembleAdaptation(Adaptation):
     """
 
     num_steps: eqx.AbstractVar[int]
+    bias_monitor: BiasMonitor | None = monitor_field()
 
     @abc.abstractmethod
     def init_state(self, sampler: Sampler, state: State) -> PyTree:
@@ -129,10 +139,14 @@ class EnsembleAdaptation(Adaptation):
         """Early stopping: True ends the adaptation (must be the same in every chain)."""
         return jnp.asarray(False)
 
+    def with_bias_monitor(self, monitor: BiasMonitor) -> "EnsembleAdaptation":
+        return attach(self, monitor)
+
     def run(
         self, sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray
     ) -> tuple[Sampler, State, AdaptationInfo]:
         sampler = self.prepare(sampler)
+        monitor = self.bias_monitor
         carry = (
             jnp.int32(0),
             sampler,
@@ -140,22 +154,27 @@ class EnsembleAdaptation(Adaptation):
             self.init_state(sampler, state),
             jnp.int32(0),
             jnp.int32(0),
+            None if monitor is None else BiasMonitor.empty(self.num_steps),
         )
 
         def cond(carry: tuple) -> Bool[Array, ""]:
-            t, _, _, adaptation_state, _, _ = carry
+            t, _, _, adaptation_state, _, _, _ = carry
             return (t < self.num_steps) & ~self.done(adaptation_state)
 
         def body(carry: tuple) -> tuple:
-            t, sampler, state, adaptation_state, excluded, grads = carry
+            t, sampler, state, adaptation_state, excluded, grads, history = carry
             state, info = step_chain(sampler, logdensity, state, jax.random.fold_in(key, t))
             means, bad = finite_chain_mean(self.statistics(sampler, state, info))
             sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)
-            return (t + 1, sampler, state, adaptation_state, excluded + bad, grads + info.num_grads)
+            grads = grads + info.num_grads
+            if monitor is not None:
+                history = monitor.record(history, t, logdensity, state.position, grads)
+            return (t + 1, sampler, state, adaptation_state, excluded + bad, grads, history)
 
-        t, sampler, state, _, excluded, grads = jax.lax.while_loop(cond, body, carry)
+        t, sampler, state, _, excluded, grads, history = jax.lax.while_loop(cond, body, carry)
         # grads is per chain; report the ensemble's (identical when every chain steps alike).
-        return sampler, state, AdaptationInfo(t, excluded, enn.chain_sum(grads) // enn.num_chains())
+        num_grads = enn.chain_sum(grads) // enn.num_chains()
+        return sampler, state, AdaptationInfo(t, excluded, num_grads, bias_history=history)
 
 
 def as_array(value: Any, dtype: Any = jnp.float32) -> Array:

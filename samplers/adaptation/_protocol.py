@@ -46,6 +46,28 @@ class Adaptation(eqx.Module):
         """The state `run` starts from; by default `sampler.init`."""
         return sampler.init(logdensity, position, key)
 
+    def with_bias_monitor(self, monitor: Any) -> "Adaptation":
+        """This adaptation recording b² after each of its steps, if it supports that.
+
+        `samplers.run(..., track_bias=True)` calls it (inside the ensemble, with a
+        `BiasMonitor` of the reference) before `run`. An adaptation that supports it
+        returns a copy that records one row per step with `monitor.record` (every chain
+        at the same step) and reports the buffer as its info's `bias_history`, which
+        becomes `Result.adaptation_bias`. The default returns `self`: not supported, and
+        `Result.adaptation_bias` is None.
+
+        Example:
+            >>> import jax.numpy as jnp, samplers
+            >>> from samplers.adaptation import BiasMonitor
+            >>> monitor = BiasMonitor(jnp.ones(2), 2 * jnp.ones(2))
+            >>> chees = samplers.ChEES(num_steps=10)
+            >>> chees.with_bias_monitor(monitor).bias_monitor.second_moment.tolist()
+            [1.0, 1.0]
+            >>> chees.bias_monitor is None   # the original is unchanged
+            True
+        """
+        return self
+
     @property
     def grads_per_chain(self) -> int | None:
         """Gradient evaluations per chain the adaptation uses, if known statically."""

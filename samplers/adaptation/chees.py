@@ -247,6 +247,8 @@ class ChEES(EnsembleAdaptation):
         max_num_steps: cap on the leapfrog steps of one transition.
         mass_matrix: adapt a diagonal inverse mass matrix (otherwise the sampler's is kept).
         mass_matrix_rate: weight of the newest cross-chain variance in the moving average.
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax, samplers
@@ -381,6 +383,7 @@ class ChEES(EnsembleAdaptation):
                 num_excluded=info.num_excluded + bad_before + bad_after,
                 num_grads=info.num_grads,
                 num_restarted=restarted + restarted_after,
+                bias_history=info.bias_history,
             ),
         )
 

@@ -46,6 +46,7 @@ from ..kernels import (
     step_chain,
 )
 from ._base import finite_chain_mean
+from ._bias_monitor import BiasMonitor, attach, monitor_field
 from ._protocol import Adaptation
 
 __all__ = ["LAPS", "LAPSInfo"]
@@ -77,6 +78,10 @@ class LAPSInfo(eqx.Module):
         step_size_history1, L_history, stopping_history: phase-1 values per step
             (entries after `num_steps1` steps are 0).
         step_size_history2, acceptance_history2: phase-2 values per adaptation step.
+        bias_history: with `track_bias=True` and a reference, `(num_steps1 +
+            num_adaptation_steps, 3)` rows of (b² max, b² mean, gradients per chain so far,
+            the initialisations included) after each phase-1 then phase-2 step; the rows
+            of phase-1 steps not taken (early stop) are NaN. Else None.
 
     A run's `result.adaptation_info` holds it.
 
@@ -113,6 +118,7 @@ class LAPSInfo(eqx.Module):
     stopping_history: Float[Array, " num_steps1"] = enn.broadcast()
     step_size_history2: Float[Array, " num_adaptation_steps"] = enn.broadcast()
     acceptance_history2: Float[Array, " num_adaptation_steps"] = enn.broadcast()
+    bias_history: Float[Array, "steps 3"] | None = enn.broadcast(default=None, kw_only=True)
 
 
 class _Welford(eqx.Module):
@@ -151,6 +157,7 @@ class _Phase1(eqx.Module):
     block: _Welford  # this chain, current window-sized block of steps
     last_block: _Welford  # this chain, last complete block
     history: Float[Array, "3 num_steps1"]
+    bias: Float[Array, "num_steps1 3"] | None  # b² rows, with a bias monitor
 
 
 class _Phase2(eqx.Module):
@@ -277,6 +284,8 @@ class LAPS(Adaptation):
         L_proposal_factor: in-trajectory refresh length in units of the trajectory length.
         superchain_size: consecutive chains per superchain for nested R-hat (static).
         restart_diverged: restart chains that are non-finite after phase 1 (static).
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -309,6 +318,7 @@ class LAPS(Adaptation):
     L_proposal_factor: float = 1.25
     superchain_size: int = eqx.field(static=True, default=1)
     restart_diverged: bool = eqx.field(static=True, default=True)
+    bias_monitor: BiasMonitor | None = monitor_field()
 
     def __check_init__(self):
         for name in (
@@ -488,6 +498,10 @@ class LAPS(Adaptation):
         history = c.history.at[:, c.t].set(
             jnp.stack([step_size, L, jnp.where(full, statistic, 0.0)]).astype(jnp.float32)
         )
+        bias = c.bias
+        if self.bias_monitor is not None:  # + 1: the initial state's gradient
+            grads = 1 + (c.t + 1) * get_integrator(self.burn_in_integrator).grads_per_step
+            bias = self.bias_monitor.record(bias, c.t, logdensity, x, grads)
         return _Phase1(
             c.t + 1,
             state,
@@ -504,6 +518,7 @@ class LAPS(Adaptation):
             block,
             last_block,
             history,
+            bias,
         )
 
     def _phase1(
@@ -532,6 +547,7 @@ class LAPS(Adaptation):
             block=zero,
             last_block=zero,
             history=jnp.zeros((3, self.num_steps1), jnp.float32),
+            bias=None if self.bias_monitor is None else BiasMonitor.empty(self.num_steps1),
         )
         return jax.lax.while_loop(
             lambda c: (c.t < self.num_steps1) & ~c.stopped,
@@ -585,9 +601,10 @@ class LAPS(Adaptation):
         key: PRNGKeyArray,
         kernel_for: Any,
         target: float,
+        grads_before: Int[Array, ""],
         c: _Phase2,
         t: Int[Array, ""],
-    ) -> tuple[_Phase2, tuple[Array, Array]]:
+    ) -> tuple[_Phase2, tuple[Array, Array, Array | None]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
         state, info = step_chain(kernel, logdensity, c.state, jax.random.fold_in(key, t))
@@ -629,7 +646,10 @@ class LAPS(Adaptation):
             c.grads + grads,
             c.moments.update(state.position),
         )
-        return new, (c.log_step_size, acceptance.astype(jnp.float32))
+        row = None
+        if self.bias_monitor is not None:
+            row = self.bias_monitor.row(logdensity, state.position, grads_before + new.grads)
+        return new, (c.log_step_size, acceptance.astype(jnp.float32), row)
 
     # --- the whole adaptation ------------------------------------------------------------
 
@@ -690,8 +710,10 @@ class LAPS(Adaptation):
             jnp.int32(0),
             _Welford.zeros_like(position),
         )
-        p2, (log_h_history, acc_history) = jax.lax.scan(
-            lambda c, t: self._phase2_step(logdensity, k2, kernel_for, target, c, t),
+        grads1 = p1.t * get_integrator(self.burn_in_integrator).grads_per_step
+        before = 2 + grads1  # the two initialisations and phase 1
+        p2, (log_h_history, acc_history, bias2) = jax.lax.scan(
+            lambda c, t: self._phase2_step(logdensity, k2, kernel_for, target, before, c, t),
             start,
             jnp.arange(self.num_adaptation_steps),
         )
@@ -702,7 +724,6 @@ class LAPS(Adaptation):
         final_h = _snap(jnp.exp(_mean(half, 0)))
         final_h = _keep_valid(final_h, jnp.exp(p2.log_step_size))
         tuned = kernel_for(final_h)
-        grads1 = p1.t * get_integrator(self.burn_in_integrator).grads_per_step
         info = LAPSInfo(
             num_steps1=p1.t,
             stopped_early=p1.stopped,
@@ -723,8 +744,12 @@ class LAPS(Adaptation):
             stopping_history=p1.history[2],
             step_size_history2=jnp.exp(log_h_history).astype(jnp.float32),
             acceptance_history2=acc_history,
+            bias_history=None if bias2 is None else jnp.concatenate([p1.bias, bias2]),
         )
         return tuned, p2.state, info
+
+    def with_bias_monitor(self, monitor: BiasMonitor) -> "LAPS":
+        return attach(self, monitor)
 
     @property
     def grads_per_chain(self) -> int | None:

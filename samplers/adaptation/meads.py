@@ -188,6 +188,8 @@ class MEADS(EnsembleAdaptation):
         step_size_multiplier: step size times `sqrt(lambda_g)`.
         damping_slowdown: how slowly the early damping floor relaxes (larger: more
             damping for longer).
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -298,6 +300,7 @@ class MEADS(EnsembleAdaptation):
                 num_excluded=info.num_excluded + bad_before + bad_after,
                 num_grads=info.num_grads,
                 num_restarted=restarted + restarted_after,
+                bias_history=info.bias_history,
             ),
         )
 

@@ -20,6 +20,7 @@ import ensemblenn as enn
 from .._errors import SamplerTypeError
 from ..kernels import AdjustedMCLMC, Logdensity, RandomWalk, Sampler, State, resolve, step_chain
 from ._base import AdaptationInfo, finite_chain_mean
+from ._bias_monitor import BiasMonitor, attach, monitor_field
 from ._dual_averaging import DualAveraging
 from ._protocol import Adaptation
 from ._restart import is_healthy, restart_unhealthy
@@ -179,6 +180,8 @@ class WindowAdaptation(Adaptation):
         metric: `"diagonal"`, `"dense"` or None.
         initial_buffer, first_window, final_buffer: the schedule (Stan's 75, 25, 50).
         initial_step_size: the heuristic's first step size (default: the kernel's).
+        bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
+            (`with_bias_monitor`) to record b² after every step; None otherwise.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -202,6 +205,7 @@ class WindowAdaptation(Adaptation):
     first_window: int = eqx.field(static=True, default=25)
     final_buffer: int = eqx.field(static=True, default=50)
     initial_step_size: float | None = eqx.field(static=True, default=None)
+    bias_monitor: BiasMonitor | None = monitor_field()
 
     _METRICS: ClassVar[tuple] = ("diagonal", "dense", None)
 
@@ -298,6 +302,9 @@ class WindowAdaptation(Adaptation):
     ) -> State:
         self._check_sampler(sampler)
         return sampler.init(logdensity, position, key)
+
+    def with_bias_monitor(self, monitor: BiasMonitor) -> "WindowAdaptation":
+        return attach(self, monitor)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -408,7 +415,10 @@ class WindowAdaptation(Adaptation):
             )
             # 6. At a window's end: the new metric.
             c = jax.lax.cond(window_end_t, lambda c: self._update_metric(c, dense), lambda c: c, c)
-            return c, (eps, mean_acc.astype(jnp.float32))
+            row = None
+            if self.bias_monitor is not None:  # read-only: b² of the new positions
+                row = self.bias_monitor.row(logdensity, new.position, c.grads)
+            return c, (eps, mean_acc.astype(jnp.float32), row)
 
         xs = (
             jnp.arange(self.num_steps, dtype=jnp.int32),
@@ -417,7 +427,7 @@ class WindowAdaptation(Adaptation):
             jnp.asarray(window_end),
             jnp.asarray(reinit),
         )
-        c, (eps_history, acc_history) = jax.lax.scan(body, carry, xs)
+        c, (eps_history, acc_history, bias_history) = jax.lax.scan(body, carry, xs)
         # Dual averaging's own average still weighs the stage's first, wide iterates after
         # 50 steps (acceptance then ends below the target); the ensemble-mean acceptance is
         # precise, so the iterates of the stage's second half hover around the step size
@@ -443,6 +453,7 @@ class WindowAdaptation(Adaptation):
             acceptance=c.final_acceptance / max(self.num_steps - last_stage, 1),
             step_size_history=eps_history,
             acceptance_history=acc_history,
+            bias_history=bias_history,
         )
         return tuned, state, info
 

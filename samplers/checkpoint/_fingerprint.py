@@ -13,6 +13,12 @@ from jaxtyping import PRNGKeyArray
 from ._errors import CheckpointMismatchError
 
 
+def _settings(x: Any) -> list:
+    """The dataclass fields of `x` that are settings: not those marked
+    `metadata={"fingerprint": False}` (what the driver attaches, such as a bias monitor)."""
+    return [f for f in dataclasses.fields(x) if f.metadata.get("fingerprint") is not False]
+
+
 def _describe(x: Any, h: "hashlib._Hash", depth: int = 0) -> None:
     """Feed a deterministic description of `x` into `h`: types, static fields, array
     shapes, dtypes and contents. Never `repr` of arbitrary objects, which may hold memory
@@ -33,7 +39,7 @@ def _describe(x: Any, h: "hashlib._Hash", depth: int = 0) -> None:
         return
     if dataclasses.is_dataclass(x) and not isinstance(x, type):  # equinox modules
         h.update(f"{type(x).__module__}.{type(x).__qualname__}(".encode())
-        for field in dataclasses.fields(x):
+        for field in _settings(x):
             h.update(field.name.encode() + b"=")
             _describe(getattr(x, field.name, None), h, depth + 1)
         h.update(b")")

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
-from ensemblenn import PER_CHAIN
+from ensemblenn import BROADCAST, PER_CHAIN
 
-from ..adaptation import Adaptation
+from ..adaptation import Adaptation, BiasMonitor
 from ..kernels import Logdensity, Sampler, init_chain
 from ._chunk import Carry
 from ._progress import Progress
@@ -34,7 +34,10 @@ def _adapt_chain(
     logdensity: Logdensity,
     state: Any,
     key: PRNGKeyArray,
+    monitor: BiasMonitor | None,
 ) -> tuple[Sampler, Any, Any]:
+    if monitor is not None:  # b² after every adaptation step, where supported
+        adaptation = adaptation.with_bias_monitor(monitor)
     return adaptation.run(sampler, logdensity, state, key)
 
 
@@ -74,12 +77,15 @@ def prepare(
     adaptation_info = None
     if adaptation is not None:
         adapt = enn.ensemble_map(
-            _adapt_chain, in_roles=per_chain_args, out_roles=(None, PER_CHAIN, None),
-            **setup.mapping,
+            _adapt_chain, in_roles=(*per_chain_args, BROADCAST),
+            out_roles=(None, PER_CHAIN, None), **setup.mapping,
         )  # fmt: skip
+        # Only with track_bias (and a reference): a run without it compiles as before.
+        track = setup.config.track_bias
+        monitor = BiasMonitor.of(setup.reference) if track else None
         with bar.phase("adapting") as produced:  # compiling included: one program
             sampler, state, adaptation_info = adapt(
-                adaptation, sampler, logdensity, state, setup.adapt_keys
+                adaptation, sampler, logdensity, state, setup.adapt_keys, monitor
             )
             produced.append(state)
     carry = setup.initial_carry(state)

@@ -111,10 +111,13 @@ class Result(eqx.Module):
         draw_logdensity: `(num_chains, num_draws)` log density of each kept draw, or None.
         grads_history: `(num_steps,)` the ensemble's gradients per chain (mean over chains,
             warmup included, adaptation not) after each sampling step, when b² is tracked.
-        adaptation_bias: the adaptation phases' b² history, `(steps, 3)` rows of (b² max,
-            b² mean, gradients per chain since the adaptation began), prepended by
-            `grads_to_bias` (the sampling rows then count from the adaptation's last);
-            None when the adaptation does not record it.
+        adaptation_bias: with `track_bias=True`, the ensemble's b² after every adaptation
+            step, `(steps taken, 3)` rows of (b² max, b² mean, gradients per chain since
+            the adaptation began, as the adaptation counts them: the last row's is its
+            `num_grads`): LAPS phases 1 and 2, ChEES, MEADS, `WindowAdaptation` and any
+            `EnsembleAdaptation`. `bias_trajectory`/`grads_to_bias` put it before the
+            sampling rows (which then count on from its last). None without tracking, or
+            when the adaptation does not record it (see `Adaptation.with_bias_monitor`).
         reference: the reference moments the run compared with, or None.
         structure: the `Structure` of the diagnostics (one chain's observable): the
             coordinate names of the summary.
@@ -199,6 +202,7 @@ class Result(eqx.Module):
         grads = np.asarray(self.grads_history).astype(np.float64)
         if self.adaptation_bias is not None:
             adapt = np.asarray(self.adaptation_bias, np.float64)
+            adapt = adapt[np.isfinite(adapt[:, 2])]  # unused rows (a run under jit keeps them)
             offset = adapt[-1, 2] if len(adapt) else 0.0
             b2 = np.concatenate([adapt[:, column], b2])
             grads = np.concatenate([adapt[:, 2], grads + offset])

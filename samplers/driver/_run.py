@@ -77,7 +77,12 @@ def run(
         thin: keep every `thin`-th sampling draw in `result.trace`; None keeps no trace.
         reference: `samplers.targets.Moments` to measure `bias_squared` against.
         superchain_size: group consecutive chains into superchains for nested R-hat.
-        track_bias: record the ensemble's b² after every sampling step.
+        track_bias: record the ensemble's b² after every sampling step
+            (`result.bias_history`) and, for adaptations that support it (the built-in
+            ones), after every adaptation step (`result.adaptation_bias`), with the
+            gradients per chain spent so far (`result.bias_trajectory()`); needs a
+            reference. The recording only reads the chains: the sampled values are the
+            same with or without it.
         chunk_size: steps per compiled chunk (default: the run in 20 chunks, but at least
             100 steps each: one chunk for runs of up to 100 steps).
         progress: show one progress bar for the ensemble (default: when stderr is a tty;
