@@ -4,8 +4,8 @@ Every sampler is tuned by default, from the ensemble, during `--warmup` steps:
 
 * rwm, mala, hmc, ghmc, nuts, adjusted-mclmc: `samplers.WindowAdaptation` (Stan-like
   windows: one step size shared by the ensemble, dual averaging of the ensemble-mean
-  acceptance towards the kernel's target; a diagonal metric where the kernel has one, i.e.
-  not for rwm and adjusted-mclmc).
+  acceptance towards the kernel's target; a diagonal metric for mala, hmc, ghmc and nuts,
+  a per-coordinate step size for rwm, none for adjusted-mclmc).
 * mclmc: `MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`: step size
   driven by the energy error per dimension, `L` from the ensemble's spread, early stop once
   the ensemble's `E[x²]` stops drifting), after which the tuned, still unadjusted, MCLMC
@@ -130,8 +130,8 @@ def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, A
     label = type(kernel).__name__
     if not adapt or warmup == 0:
         return kernel, None, f"{label} with the fixed step size {h} (no adaptation)"
-    # MALA has no metric field: WindowAdaptation tunes its step size only.
-    metric = None if name == "mala" else "diagonal"
-    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric=metric)
-    what = "step size" + (" and diagonal metric" if metric else "")
+    # adjusted-mclmc and rwm have no metric field: WindowAdaptation tunes rwm's step size
+    # per coordinate instead, and adjusted-mclmc's (a scalar) alone.
+    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric="diagonal")
+    what = "step size" + ("" if name == "adjusted-mclmc" else " and diagonal metric")
     return kernel, adaptation, f"{label}, {what} tuned by WindowAdaptation over {warmup} steps"
