@@ -105,12 +105,26 @@ def test_bad_arguments_raise_ensemble_errors(kwargs, error, match):
     assert isinstance(caught.value, enn.EnsembleError)
 
 
+@pytest.mark.parametrize("metric, shape", [("diagonal", (SMALL.dim,)), ("dense", (SMALL.dim,) * 2)])
+def test_tunes_malas_metric(metric, shape, auto_mesh):
+    """MALA has an inverse_mass_matrix field, so it gets the metric like HMC."""
+    x = jax.random.normal(jax.random.key(0), (16, SMALL.dim))
+    adaptation = samplers.WindowAdaptation(num_steps=100, metric=metric)
+    tuned = _run(samplers.MALA(0.1), SMALL, x, adaptation, auto_mesh, num_steps=5).sampler
+    assert isinstance(tuned, samplers.MALA) and tuned.inverse_mass_matrix.shape == shape
+    diagonal = (
+        np.diagonal(tuned.inverse_mass_matrix) if metric == "dense" else tuned.inverse_mass_matrix
+    )
+    assert not np.allclose(diagonal, 1.0)  # estimated, not left at the identity
+
+
 def test_kernels_it_cannot_tune_raise_before_running(auto_mesh):
     x = np.zeros((8, SMALL.dim), np.float32)  # positions that fit the target
     with pytest.raises(enn.EnsembleError, match="step_size field"):
         _run(samplers.Stretch(), SMALL, x, samplers.WindowAdaptation(num_steps=5), auto_mesh)
     with pytest.raises(enn.EnsembleError, match="dense"):
-        _run(samplers.MALA(0.1), SMALL, x, samplers.WindowAdaptation(metric="dense"), auto_mesh)
+        _run(samplers.RandomWalk(0.1), SMALL, x, samplers.WindowAdaptation(metric="dense"),
+             auto_mesh)  # fmt: skip
     with pytest.raises(enn.EnsembleError, match="dense"):
         _run(
             samplers.AdjustedMCLMC(0.1, 3),
