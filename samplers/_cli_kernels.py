@@ -4,8 +4,8 @@ Every sampler is tuned by default, from the ensemble, during `--warmup` steps:
 
 * rwm, mala, hmc, ghmc, nuts, adjusted-mclmc: `samplers.WindowAdaptation` (Stan-like
   windows: one step size shared by the ensemble, dual averaging of the ensemble-mean
-  acceptance towards the kernel's target; a diagonal metric where the kernel has one, i.e.
-  not for rwm and adjusted-mclmc).
+  acceptance towards the kernel's target; a diagonal metric, for rwm a per-coordinate
+  step size).
 * mclmc: `MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`: step size
   driven by the energy error per dimension, `L` from the ensemble's spread, early stop once
   the ensemble's `E[x²]` stops drifting), after which the tuned, still unadjusted, MCLMC
@@ -136,8 +136,7 @@ def make_sampler(name: str, adapt: bool, warmup: int) -> tuple[Sampler | None, A
     label = type(kernel).__name__
     if not adapt or warmup == 0:
         return kernel, None, f"{label} with the fixed step size {h} (no adaptation)"
-    # MALA has no metric field: WindowAdaptation tunes its step size only.
-    metric = None if name == "mala" else "diagonal"
-    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric=metric)
-    what = "step size" + (" and diagonal metric" if metric else "")
+    # Every kernel here has a diagonal metric (rwm: a per-coordinate step size instead).
+    adaptation = samplers.WindowAdaptation(num_steps=warmup, metric="diagonal")
+    what = "step size and diagonal metric"
     return kernel, adaptation, f"{label}, {what} tuned by WindowAdaptation over {warmup} steps"

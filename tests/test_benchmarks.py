@@ -160,3 +160,26 @@ ENTRY %main (a: f32[4]) -> f32[4] {
     once, loop = Hlo(text).summary()
     assert (once["scope"], once["collectives"], once["bytes"]) == ("once", 1, 64)
     assert (loop["scope"], loop["collectives"], loop["bytes"]) == ("loop step", 2, 128 + 20)
+
+
+@pytest.mark.slow
+def test_cli_matrix_quick_prints_a_row_per_combination():
+    """`python -m benchmarks.cli_matrix --quick`: its two combinations run through the CLI
+    and land in the table (whether they converge at this tiny size is not asserted)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli_matrix", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [(r["target"], r["sampler"]) for r in records] == [("banana", "hmc"), ("banana", "mala")]
+    for r in records:
+        assert r["status"] == "ok" and isinstance(r["converged"], bool), r
+        assert r["max_rhat"] > 0.9 and r["min_ess"] > 0 and 0 <= r["acceptance"] <= 1, r
+    assert "| banana | hmc |" in proc.stdout and "|---" in proc.stdout

@@ -157,10 +157,10 @@ class WindowAdaptation(Adaptation):
 
     **Metric**, per kernel: a kernel with an `inverse_mass_matrix` field gets the
     estimate there (starting from the identity; `"dense"` needs a kernel that takes a
-    `(dim, dim)` matrix: HMC, GHMC, NUTS, not AdjustedMCLMC). A `RandomWalk` (or
+    `(dim, dim)` matrix: MALA, HMC, GHMC, NUTS, not AdjustedMCLMC). A `RandomWalk` (or
     subclass), which has no metric, gets a per-coordinate step size
-    `step_size * sqrt(variance)` instead (diagonal only). Any other kernel (e.g. `MALA`)
-    has only its step size tuned, whatever `metric` says. `metric=None` tunes only the
+    `step_size * sqrt(variance)` instead (diagonal only). Any other kernel has only its
+    step size tuned, whatever `metric` says. `metric=None` tunes only the
     step size for every kernel.
 
     **Non-finite chains**: a chain whose log density, gradient or squared position is
