@@ -28,7 +28,7 @@ import ensemblenn as enn
 
 from . import targets
 from .adaptation import LAPS, Adaptation
-from .adaptation._bias_monitor import BiasMonitor, attach, monitor_field
+from .adaptation._bias_monitor import BiasMonitor, monitor_field
 from .kernels import MCLMC, Sampler
 
 TARGETS = {
@@ -93,9 +93,6 @@ class MCLMCTuning(Adaptation):
     @property
     def laps(self) -> LAPS:
         return LAPS(num_steps1=self.num_steps, bias_monitor=self.bias_monitor)
-
-    def with_bias_monitor(self, monitor: BiasMonitor) -> "MCLMCTuning":
-        return attach(self, monitor)
 
     def initial_state(self, sampler: Sampler | None, logdensity: Any, position: Any, key: Any):
         return self.laps.initial_state(sampler, logdensity, position, key)

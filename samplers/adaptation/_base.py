@@ -11,7 +11,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from ..kernels import Info, Logdensity, Sampler, State, step_chain
-from ._bias_monitor import BiasMonitor, attach, monitor_field
+from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
 
 
@@ -138,9 +138,6 @@ class EnsembleAdaptation(Adaptation):
     def done(self, adaptation_state: PyTree) -> Bool[Array, ""]:
         """Early stopping: True ends the adaptation (must be the same in every chain)."""
         return jnp.asarray(False)
-
-    def with_bias_monitor(self, monitor: BiasMonitor) -> "EnsembleAdaptation":
-        return attach(self, monitor)
 
     def run(
         self, sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray

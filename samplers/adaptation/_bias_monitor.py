@@ -82,28 +82,27 @@ class BiasMonitor(eqx.Module):
         maximum number of steps), all NaN, i.e. unused."""
         return jnp.full((capacity, 3), jnp.nan, jnp.float32)
 
+    @staticmethod
+    def used_rows(history: Any) -> Any:
+        """The rows of a history buffer that a step filled (finite gradient count), in order,
+        as a host array; `history` itself when it is traced (under `jit`); None when it is
+        None or not such a buffer (a user adaptation's own `bias_history`).
 
-def used_rows(history: Any) -> Any:
-    """The rows of a history buffer that a step filled (finite gradient count), in order,
-    as a host array; `history` itself when it is traced (under `jit`); None when it is
-    None or not such a buffer (a user adaptation's own `bias_history`).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from samplers.adaptation import BiasMonitor
-        >>> from samplers.adaptation._bias_monitor import used_rows
-        >>> h = BiasMonitor.empty(3).at[1].set(jnp.array([0.5, 0.25, 4.0]))
-        >>> used_rows(h).tolist()
-        [[0.5, 0.25, 4.0]]
-    """
-    if history is None or np.ndim(history) != 2 or np.shape(history)[1] != 3:
-        return None
-    if isinstance(history, jax.core.Tracer):
-        return history
-    if isinstance(history, jax.Array) and not history.is_fully_addressable:
-        history = history.addressable_shards[0].data  # replicated (broadcast) rows
-    rows = np.asarray(history)
-    return jnp.asarray(rows[np.isfinite(rows[:, 2])])
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from samplers.adaptation import BiasMonitor
+            >>> h = BiasMonitor.empty(3).at[1].set(jnp.array([0.5, 0.25, 4.0]))
+            >>> BiasMonitor.used_rows(h).tolist()
+            [[0.5, 0.25, 4.0]]
+        """
+        if history is None or np.ndim(history) != 2 or np.shape(history)[1] != 3:
+            return None
+        if isinstance(history, jax.core.Tracer):
+            return history
+        if isinstance(history, jax.Array) and not history.is_fully_addressable:
+            history = history.addressable_shards[0].data  # replicated (broadcast) rows
+        rows = np.asarray(history)
+        return jnp.asarray(rows[np.isfinite(rows[:, 2])])
 
 
 def attach(adaptation: Any, monitor: BiasMonitor) -> Any:

@@ -1,12 +1,14 @@
 """The protocol an ensemble adaptation scheme implements for `samplers.run`."""
 
 import abc
+import dataclasses
 from typing import Any
 
 import equinox as eqx
 from jaxtyping import PRNGKeyArray
 
 from ..kernels import Logdensity, Sampler, State
+from ._bias_monitor import attach
 
 
 class Adaptation(eqx.Module):
@@ -53,8 +55,10 @@ class Adaptation(eqx.Module):
         `BiasMonitor` of the reference) before `run`. An adaptation that supports it
         returns a copy that records one row per step with `monitor.record` (every chain
         at the same step) and reports the buffer as its info's `bias_history`, which
-        becomes `Result.adaptation_bias`. The default returns `self`: not supported, and
-        `Result.adaptation_bias` is None.
+        becomes `Result.adaptation_bias`. An adaptation supports it by declaring a
+        `bias_monitor` field (the built-ins and `EnsembleAdaptation` subclasses do): this
+        default puts `monitor` there. Without that field it returns `self`: not
+        supported, and `Result.adaptation_bias` is None.
 
         Example:
             >>> import jax.numpy as jnp, samplers
@@ -66,7 +70,9 @@ class Adaptation(eqx.Module):
             >>> chees.bias_monitor is None   # the original is unchanged
             True
         """
-        return self
+        if "bias_monitor" not in {f.name for f in dataclasses.fields(self)}:
+            return self
+        return attach(self, monitor)
 
     @property
     def grads_per_chain(self) -> int | None:

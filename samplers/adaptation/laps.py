@@ -46,7 +46,7 @@ from ..kernels import (
     step_chain,
 )
 from ._base import finite_chain_mean
-from ._bias_monitor import BiasMonitor, attach, monitor_field
+from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
 
 __all__ = ["LAPS", "LAPSInfo"]
@@ -747,9 +747,6 @@ class LAPS(Adaptation):
             bias_history=None if bias2 is None else jnp.concatenate([p1.bias, bias2]),
         )
         return tuned, p2.state, info
-
-    def with_bias_monitor(self, monitor: BiasMonitor) -> "LAPS":
-        return attach(self, monitor)
 
     @property
     def grads_per_chain(self) -> int | None:

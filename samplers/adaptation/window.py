@@ -20,7 +20,7 @@ import ensemblenn as enn
 from .._errors import SamplerTypeError
 from ..kernels import AdjustedMCLMC, Logdensity, RandomWalk, Sampler, State, resolve, step_chain
 from ._base import AdaptationInfo, finite_chain_mean
-from ._bias_monitor import BiasMonitor, attach, monitor_field
+from ._bias_monitor import BiasMonitor, monitor_field
 from ._dual_averaging import DualAveraging
 from ._protocol import Adaptation
 from ._restart import is_healthy, restart_unhealthy
@@ -302,9 +302,6 @@ class WindowAdaptation(Adaptation):
     ) -> State:
         self._check_sampler(sampler)
         return sampler.init(logdensity, position, key)
-
-    def with_bias_monitor(self, monitor: BiasMonitor) -> "WindowAdaptation":
-        return attach(self, monitor)
 
     # -- the run ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import diagnostics as diag
-from ..adaptation._bias_monitor import used_rows
+from ..adaptation import BiasMonitor
 from ..kernels import Logdensity
 from ._flat import Structure
 from ._moments import ChainMoments
@@ -174,7 +174,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
         draw_logdensity=draw_logdensity,
         grads_history=grads_history,
         # The adaptation's own b² rows (see Adaptation.with_bias_monitor), NaN rows dropped.
-        adaptation_bias=used_rows(getattr(at.adaptation_info, "bias_history", None)),
+        adaptation_bias=BiasMonitor.used_rows(getattr(at.adaptation_info, "bias_history", None)),
         reference=setup.reference,
         structure=setup.observed if setup.observed is not None else setup.position,
     )
