@@ -69,6 +69,40 @@ def window_schedule(
     return initial_buffer, final_buffer, ends
 
 
+def _step_size_for_target(
+    step_sizes: Float[Array, " n"], acceptances: Float[Array, " n"], target: float, fallback
+) -> Float[Array, ""]:
+    """The step size at which `logit(acceptance) = a + b log(step_size)` reaches `target`.
+
+    A fit local to the target: weighted least squares with weight
+    `exp(-(logit p - logit target)^2 / 2)`, so steps that accepted almost always or almost
+    never barely count (HMC's acceptance is not even monotone in the step size far from
+    the target). Solved for `target`, kept inside the range of the step sizes seen;
+    `fallback` when the fit does not fall with the step size. Reduced with
+    `enn.ordered_sum`: the same bits on every device count.
+    """
+    log_eps = jnp.log(step_sizes.astype(jnp.float32))
+    finite = jnp.isfinite(acceptances) & jnp.isfinite(log_eps)
+    p = jnp.where(finite, jnp.clip(acceptances.astype(jnp.float32), 0.005, 0.995), 0.5)
+    z = jnp.log(p / (1.0 - p))
+    z_target = math.log(target / (1.0 - target))
+    w = jnp.where(finite, jnp.exp(-0.5 * (z - z_target) ** 2), 0.0)
+    log_eps = jnp.where(finite, log_eps, 0.0)
+
+    def total(v: Array) -> Array:
+        return enn.ordered_sum(v, 0)
+
+    weight = total(w)
+    mean_x, mean_z = total(w * log_eps) / weight, total(w * z) / weight
+    sxx = total(w * (log_eps - mean_x) ** 2)
+    slope = total(w * (log_eps - mean_x) * (z - mean_z)) / sxx
+    solution = mean_x + (z_target - mean_z) / slope
+    seen = jnp.where(finite, log_eps, jnp.nan)
+    solution = jnp.clip(solution, jnp.nanmin(seen), jnp.nanmax(seen))
+    ok = (slope < 0) & (sxx > 0) & jnp.isfinite(solution)
+    return jnp.where(ok, jnp.exp(solution), fallback).astype(jnp.float32)
+
+
 class WindowAdaptationInfo(AdaptationInfo):
     """What a `WindowAdaptation` reports (the same in every chain).
 
@@ -151,9 +185,13 @@ class WindowAdaptation(Adaptation):
     doubled (or halved) until that acceptance falls below (or rises above) the target,
     then dual averaging (Hoffman and Gelman 2014; `gamma=0.05, t0=10, kappa=0.75`,
     shrinking towards `10 h`) restarts on the ensemble-mean acceptance of every step. The
-    tuned kernel gets the geometric mean of the step sizes of the second half of the last
-    stage (the ensemble-mean acceptance is precise, so these iterates hover around the
-    target, whereas dual averaging's own average still weighs the first, wide ones).
+    tuned kernel gets the step size at which a fit of the acceptance against the step
+    size over the last stage (the final buffer; without a metric, the run's second half)
+    reaches the target: `logit(acceptance) = a + b log(h)`, weighted least squares. Dual
+    averaging's iterates swing across the acceptance cliff, so the acceptance at their
+    mean step size is not the target (it lands high, e.g. 0.74 for MALA's 0.574), and its
+    own average still weighs the stage's first, wide iterates; the ensemble-mean
+    acceptance of every step is precise enough to fit.
 
     **Metric**, per kernel: a kernel with an `inverse_mass_matrix` field gets the
     estimate there (starting from the identity; `"dense"` needs a kernel that takes a
@@ -425,16 +463,17 @@ class WindowAdaptation(Adaptation):
             jnp.asarray(reinit),
         )
         c, (eps_history, acc_history, bias_history) = jax.lax.scan(body, carry, xs)
-        # Dual averaging's own average still weighs the stage's first, wide iterates after
-        # 50 steps (acceptance then ends below the target); the ensemble-mean acceptance is
-        # precise, so the iterates of the stage's second half hover around the step size
-        # that reaches the target: the tuned one is their geometric mean.
+        # Dual averaging's own average still weighs the stage's first, wide iterates, and
+        # its iterates swing across the acceptance cliff (their mean acceptance is the
+        # target, the acceptance at their mean step size is not): the tuned step size is
+        # where a fit of acceptance against step size over the stage reaches the target.
         averaged = jnp.exp(c.averaging.log_averaged).astype(jnp.float32)
         step_size = averaged
         if self.num_steps > last_stage:  # else final_buffer=0: no stage after the metric
-            tail = jnp.log(eps_history[last_stage + (self.num_steps - last_stage) // 2 :])
-            step_size = jnp.exp(enn.ordered_sum(tail, 0) / tail.shape[0]).astype(jnp.float32)
-            step_size = jnp.where(jnp.isfinite(step_size) & (step_size > 0), step_size, averaged)
+            start = max(last_stage, self.num_steps // 2)  # no metric: skip the transient
+            step_size = _step_size_for_target(
+                eps_history[start:], acc_history[start:], target, averaged
+            )
         tuned = self._kernel(sampler, step_size, c.metric)
         # Chains that are non-finite after the last step would not move while sampling.
         excluded = c.excluded + enn.chain_sum((~is_healthy(c.state)).astype(jnp.int32))

@@ -268,7 +268,10 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     Gaussian, 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
     metric like HMC, so on the 100-d Gaussian every kernel's adapted metric is within
     [0.7, 1.4] of the variances. The ensemble acceptance is within 0.05 of the kernel's
-    default target (0.8 HMC and NUTS; MALA: see below).
+    default target (0.8 HMC and NUTS, 0.574 MALA; measured 0.778, 0.798 and 0.620 on the
+    Gaussian, 0.823, 0.795 and 0.605 on the regression: the tuned step size is where the
+    final buffer's acceptance-step-size fit reaches the target; the geometric mean of its
+    iterates gave MALA 0.74).
     """
     if target_name == "gaussian":
         target = samplers.targets.IllConditionedGaussian(dim=100, condition_number=100.0)
@@ -296,16 +299,7 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     assert grads <= budget, grads
     assert float(result.diagnostics.bias_squared_max) < 0.01
     acceptance = float(jnp.mean(result.acceptance_rate))
-    if kernel_name == "mala":
-        # Known, left to WindowAdaptation: with the metric the target is near isotropic,
-        # MALA's acceptance falls off a cliff in h, the final buffer's dual-averaging
-        # iterates swing across it (0.3-1.2 on the Gaussian) and their geometric mean lands
-        # on the safe side: measured 0.74 (Gaussian) and 0.76 (regression) while sampling,
-        # 0.56 during the final buffer. Too small a step costs mixing, not correctness; a
-        # collapse would still fail here.
-        assert goal - 0.05 < acceptance < 0.8, acceptance
-    else:
-        assert abs(acceptance - goal) < 0.05, acceptance
+    assert abs(acceptance - goal) < 0.05, acceptance
     assert int(info.num_excluded) == 0 and int(info.num_restarted) == 0
     if target_name == "gaussian":
         ratio = np.asarray(result.sampler.inverse_mass_matrix) / np.asarray(target.variances)
