@@ -54,6 +54,11 @@ def parser() -> argparse.ArgumentParser:
         help="'default' tunes the kernel during --warmup (WindowAdaptation for "
         "rwm/mala/hmc/ghmc/nuts/adjusted-mclmc, LAPS's phase 1 for mclmc, LAPS for laps); "
         "'none' runs the fixed step size 0.5 and --warmup plain warmup steps")  # fmt: skip
+    add("--metric", choices=("auto", "diagonal", "gradient", "dense", "none"), default="auto",
+        help="the metric WindowAdaptation estimates: 'auto' is dense for mala and ghmc up "
+        "to 100 dimensions (one gradient step per transition: it undoes correlations), "
+        "else diagonal; 'gradient' is sqrt(Var[x] / Var[grad]) per coordinate; rwm and "
+        "adjusted-mclmc take no dense metric; 'none' tunes the step size alone")  # fmt: skip
     add("--chains", type=int, default=256, help="number of chains (a multiple of --devices)")
     add("--steps", type=int, default=1000, help="sampling steps per chain (moments cover these)")
     add(
@@ -118,6 +123,41 @@ def superchain_size(args: argparse.Namespace) -> int | None:
     return None
 
 
+def _check_metric(args: argparse.Namespace) -> str | None:
+    """`--metric` for a sampler that cannot take it."""
+    if args.metric == "dense" and args.sampler in ("rwm", "adjusted-mclmc"):
+        return (
+            f"--metric dense: --sampler {args.sampler} takes a diagonal metric only; fix: "
+            "--metric diagonal (or auto), or --sampler hmc/nuts/mala/ghmc"
+        )
+    if args.metric == "gradient" and args.sampler == "rwm":
+        return (
+            "--metric gradient: --sampler rwm computes no gradients; fix: --metric diagonal "
+            "(or auto)"
+        )
+    if args.metric != "auto" and args.sampler in ("mclmc", "laps") and args.adaptation == "default":
+        return (
+            f"--metric {args.metric}: --sampler {args.sampler} is tuned by LAPS's own rules, "
+            "not WindowAdaptation; fix: leave --metric at auto"
+        )
+    return None
+
+
+def _check_dim(args: argparse.Namespace) -> str | None:
+    """`--dim` that the target cannot take."""
+    if args.dim is not None:
+        if args.dim < 1:
+            return f"--dim must be >= 1, got {args.dim}"
+        fixed = FIXED_DIM.get(args.target)
+        if fixed is not None and args.dim != fixed:
+            return f"--target {args.target} is {fixed}-d; fix: leave out --dim"
+        if args.target == "rosenbrock" and args.dim % 2:
+            return f"--target rosenbrock needs an even --dim (x, y pairs), got {args.dim}"
+        if args.target == "funnel" and args.dim < 2:
+            return f"--target funnel needs --dim >= 2 (θ and at least one z), got {args.dim}"
+    return None
+
+
 def check_arguments(args: argparse.Namespace) -> str | None:
     """The first problem with the arguments (a message), or None; checked before JAX starts."""
     bounds = (("--chains", args.chains, 1), ("--steps", args.steps, 1),
@@ -131,16 +171,10 @@ def check_arguments(args: argparse.Namespace) -> str | None:
             f"are split evenly over the devices); fix: e.g. --chains "
             f"{max(1, args.chains // args.devices) * args.devices}"
         )
-    if args.dim is not None:
-        if args.dim < 1:
-            return f"--dim must be >= 1, got {args.dim}"
-        fixed = FIXED_DIM.get(args.target)
-        if fixed is not None and args.dim != fixed:
-            return f"--target {args.target} is {fixed}-d; fix: leave out --dim"
-        if args.target == "rosenbrock" and args.dim % 2:
-            return f"--target rosenbrock needs an even --dim (x, y pairs), got {args.dim}"
-        if args.target == "funnel" and args.dim < 2:
-            return f"--target funnel needs --dim >= 2 (θ and at least one z), got {args.dim}"
+    for check in (_check_metric, _check_dim):
+        problem = check(args)
+        if problem:
+            return problem
     if args.superchain_size is not None:
         k = args.superchain_size
         if k < 0 or (k and args.chains % k) or (k and args.chains // k < 2):
@@ -227,7 +261,9 @@ def _run(args: argparse.Namespace) -> int:
 
     target = make_target(args.target, args.dim)
     adapt = args.adaptation == "default"
-    sampler, adaptation, described = make_sampler(args.sampler, adapt, args.warmup)
+    sampler, adaptation, described = make_sampler(
+        args.sampler, adapt, args.warmup, args.metric, target.dim
+    )
     k = superchain_size(args)
     key = jax.random.key(args.seed)
     k_init, k_run = jax.random.split(key)

@@ -1,8 +1,8 @@
 """Windowed warmup for any kernel with a step size: Stan's schedule, for an ensemble.
 
 One step size for the whole ensemble, tuned by dual averaging of the ensemble-mean
-acceptance; a diagonal or dense metric estimated in expanding windows from every chain's
-draws in the window (cross-chain and within-window statistics pooled).
+acceptance; a diagonal, gradient-based or dense metric estimated in expanding windows from
+every chain's draws in the window (cross-chain and within-window statistics pooled).
 """
 
 import dataclasses
@@ -150,6 +150,8 @@ class _Carry(eqx.Module):
     shift: Array  # (dim,): the ensemble mean at the window start, for stable sums
     sum1: Array  # this chain's window sums of (x - shift), ((x - shift)^2 or outer)
     sum2: Array
+    gsum1: Array  # (dim,): this chain's window sums of the gradient and its square
+    gsum2: Array  # (metric="gradient" only; zeros otherwise)
     count: Float[Array, ""]  # this chain's healthy draws in the window
     excluded: Int[Array, ""]
     restarted: Int[Array, ""]
@@ -171,8 +173,12 @@ class WindowAdaptation(Adaptation):
       last stretched to the final buffer): every healthy chain adds each of its draws to
       window sums; at the window's end the metric is the variance (`"diagonal"`) or the
       covariance (`"dense"`) of all the ensemble's draws in the window, i.e. within-chain
-      and between-chain spread pooled, shrunk like Stan's towards `1e-3` by
-      `5 / (n + 5)` with `n` the number of draws;
+      and between-chain spread pooled, or (`"gradient"`) the diagonal
+      `sqrt(Var[x] / Var[grad log p])` of the draws and the gradients the kernel's state
+      keeps (nutpie's estimator: the variance for any Gaussian, much smaller than the
+      marginal variance along a curved ridge, where the variance overstates how far a
+      step can go), shrunk like Stan's towards `1e-3` by `5 / (n + 5)` with `n` the
+      number of draws;
     * **final buffer** (`final_buffer` steps): the step size adapts to the last metric.
 
     When `initial_buffer + first_window + final_buffer > num_steps` the three become
@@ -215,7 +221,8 @@ class WindowAdaptation(Adaptation):
         target_acceptance: the ensemble-mean acceptance to reach; None uses the kernel's
             `default_target_acceptance` (0.234 RandomWalk, 0.574 MALA, 0.8 HMC, GHMC and
             NUTS, 0.9 AdjustedMCLMC).
-        metric: `"diagonal"`, `"dense"` or None.
+        metric: `"diagonal"`, `"gradient"` (a kernel whose state has a `grad`), `"dense"`
+            or None.
         initial_buffer, first_window, final_buffer: the schedule (Stan's 75, 25, 50).
         initial_step_size: the heuristic's first step size (default: the kernel's).
         bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
@@ -238,14 +245,16 @@ class WindowAdaptation(Adaptation):
 
     num_steps: int = eqx.field(static=True, default=500)
     target_acceptance: float | None = eqx.field(static=True, default=None)
-    metric: Literal["diagonal", "dense"] | None = eqx.field(static=True, default="diagonal")
+    metric: Literal["diagonal", "gradient", "dense"] | None = eqx.field(
+        static=True, default="diagonal"
+    )
     initial_buffer: int = eqx.field(static=True, default=75)
     first_window: int = eqx.field(static=True, default=25)
     final_buffer: int = eqx.field(static=True, default=50)
     initial_step_size: float | None = eqx.field(static=True, default=None)
     bias_monitor: BiasMonitor | None = monitor_field()
 
-    _METRICS: ClassVar[tuple] = ("diagonal", "dense", None)
+    _METRICS: ClassVar[tuple] = ("diagonal", "gradient", "dense", None)
 
     def __check_init__(self) -> None:
         def fail(message: str, error: type = enn.EnsembleError) -> None:
@@ -276,7 +285,8 @@ class WindowAdaptation(Adaptation):
                 )
         if not any(self.metric == m and type(self.metric) is type(m) for m in self._METRICS):
             fail(
-                f"metric must be 'diagonal', 'dense' or None, got {self.metric!r}.\n  fix: "
+                f"metric must be 'diagonal', 'gradient', 'dense' or None, got "
+                f"{self.metric!r}.\n  fix: "
                 "metric='diagonal' (the default)."
             )
         eps = self.initial_step_size
@@ -318,7 +328,7 @@ class WindowAdaptation(Adaptation):
             return None
         if _has_field(sampler, "inverse_mass_matrix"):
             return "imm"
-        if isinstance(sampler, RandomWalk) and self.metric == "diagonal":
+        if isinstance(sampler, RandomWalk) and self.metric != "dense":
             return "step"
         return None
 
@@ -341,12 +351,22 @@ class WindowAdaptation(Adaptation):
         self._check_sampler(sampler)
         return sampler.init(logdensity, position, key)
 
+    def _check_state(self, sampler: Sampler, state: State) -> None:
+        if self.metric == "gradient" and getattr(state, "grad", None) is None:
+            raise enn.EnsembleError(
+                f"WindowAdaptation(metric='gradient') estimates the metric from the "
+                f"gradients the kernel's state keeps, and {type(sampler).__name__}'s state "
+                f"({type(state).__name__}) has no `grad` field.\n  fix: metric='diagonal' "
+                "(variances only), or a gradient kernel such as samplers.HMC."
+            )
+
     # -- the run ---------------------------------------------------------------------------
 
     def run(
         self, sampler: Sampler, logdensity: Logdensity, state: State, key: PRNGKeyArray
     ) -> tuple[Sampler, State, WindowAdaptationInfo]:
         self._check_sampler(sampler)
+        self._check_state(sampler, state)
         target = self.target_for(sampler)
         dtype = jnp.result_type(state.position)
         dim = state.position.shape[-1]
@@ -383,6 +403,8 @@ class WindowAdaptation(Adaptation):
             shift=zeros,
             sum1=zeros,
             sum2=jnp.zeros_like(metric0),
+            gsum1=zeros,
+            gsum2=zeros,
             count=jnp.zeros((), dtype),
             excluded=jnp.int32(0),
             restarted=jnp.int32(0),
@@ -431,6 +453,11 @@ class WindowAdaptation(Adaptation):
             sq = (d[:, None] * d[None, :]) if dense else d * d
             sum1 = jnp.where(ok, c.sum1 + d, c.sum1)
             sum2 = jnp.where(ok, c.sum2 + sq, c.sum2)
+            gsum1, gsum2 = c.gsum1, c.gsum2
+            if self.metric == "gradient":
+                g = new.grad.astype(dtype)
+                gsum1 = jnp.where(ok, gsum1 + g, gsum1)
+                gsum2 = jnp.where(ok, gsum2 + enn.rounded(g * g), gsum2)  # no FMA: same bits
             count = c.count + ok.astype(dtype)
             in_final = t >= last_stage
             final_acc = c.final_acceptance + jnp.where(in_final, mean_acc, 0.0)
@@ -442,6 +469,8 @@ class WindowAdaptation(Adaptation):
                 c.shift,
                 sum1,
                 sum2,
+                gsum1,
+                gsum2,
                 count,
                 c.excluded,
                 c.restarted,
@@ -449,7 +478,9 @@ class WindowAdaptation(Adaptation):
                 final_acc.astype(jnp.float32),
             )
             # 6. At a window's end: the new metric.
-            c = jax.lax.cond(window_end_t, lambda c: self._update_metric(c, dense), lambda c: c, c)
+            c = jax.lax.cond(
+                window_end_t, lambda c: self._update_metric(c, self.metric), lambda c: c, c
+            )
             row = None
             if self.bias_monitor is not None:  # read-only: b² of the new positions
                 row = self.bias_monitor.row(logdensity, new.position, c.grads)
@@ -548,12 +579,12 @@ class WindowAdaptation(Adaptation):
         )
 
     @staticmethod
-    def _update_metric(c: _Carry, dense: bool) -> _Carry:
+    def _update_metric(c: _Carry, metric: str) -> _Carry:
         """The pooled window estimate (every healthy chain's draws), shrunk like Stan's."""
         n = enn.chain_sum(c.count)
         s1, s2 = enn.chain_sum(c.sum1), enn.chain_sum(c.sum2)
         mean = s1 / jnp.maximum(n, 1.0)
-        if dense:
+        if metric == "dense":
             cov = s2 / jnp.maximum(n, 1.0) - enn.rounded(mean[:, None] * mean[None, :])
             cov = 0.5 * (cov + cov.T)
             eye = jnp.eye(cov.shape[0], dtype=cov.dtype)
@@ -561,6 +592,14 @@ class WindowAdaptation(Adaptation):
             ok = jnp.all(jnp.isfinite(new)) & jnp.all(jnp.diagonal(new) > 0) & (n > 1)
         else:
             var = s2 / jnp.maximum(n, 1.0) - enn.rounded(mean * mean)
+            if metric == "gradient":  # sqrt(Var[x] / Var[grad]): exact for any Gaussian's
+                # A multiply by one reciprocal, not a division per entry: XLA:CPU may turn
+                # the divisions into reciprocal multiplies in one program and not another.
+                inv_n = 1.0 / jnp.maximum(n, 1.0)
+                g1, g2 = enn.chain_sum(c.gsum1), enn.chain_sum(c.gsum2)
+                g_mean = enn.rounded(g1 * inv_n)
+                g_var = enn.rounded(g2 * inv_n) - enn.rounded(g_mean * g_mean)
+                var = jnp.sqrt(var / g_var)
             new = (n / (n + _REGULARIZE)) * var + 1e-3 * (_REGULARIZE / (n + _REGULARIZE))
             ok = jnp.all(jnp.isfinite(new)) & jnp.all(new > 0) & (n > 1)
         return eqx.tree_at(
@@ -575,7 +614,7 @@ class WindowAdaptation(Adaptation):
         shift, _ = finite_chain_mean(x)
         shift = jnp.where(jnp.isfinite(shift), shift, 0.0).astype(c.shift.dtype)
         return eqx.tree_at(
-            lambda c: (c.shift, c.sum1, c.sum2, c.count),
+            lambda c: (c.shift, c.sum1, c.sum2, c.gsum1, c.gsum2, c.count),
             c,
-            (shift, jnp.zeros_like(c.sum1), jnp.zeros_like(c.sum2), jnp.zeros_like(c.count)),
+            (shift, *(jnp.zeros_like(x) for x in (c.sum1, c.sum2, c.gsum1, c.gsum2, c.count))),
         )

@@ -1,9 +1,10 @@
 """Run a small WindowAdaptation on N simulated devices and save what it tuned and where the
 chains ended.
 
-Usage: python window_invariance.py NUM_DEVICES OUT.npz   (a fresh process per N)
+Usage: python window_invariance.py NUM_DEVICES OUT.npz [METRIC]   (a fresh process per N;
+METRIC: WindowAdaptation's metric, default diagonal)
 
-`samplers.run` with HMC + WindowAdaptation (diagonal metric, 120 warmup steps: every
+`samplers.run` with HMC + WindowAdaptation (METRIC, 120 warmup steps: every
 schedule phase and the step-size heuristic) then 10 sampling steps, 16 chains in 8-d,
 one chain started where the log density is -inf (so the restart path runs too).
 """
@@ -12,6 +13,7 @@ import os
 import sys
 
 num_devices, out_path = int(sys.argv[1]), sys.argv[2]
+metric = sys.argv[3] if len(sys.argv) > 3 else "diagonal"
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
@@ -39,7 +41,7 @@ result = samplers.run(
     positions,
     key=jax.random.key(7),
     num_steps=10,
-    adaptation=samplers.WindowAdaptation(num_steps=120),
+    adaptation=samplers.WindowAdaptation(num_steps=120, metric=metric),
     mesh=mesh,
     progress=False,
 )

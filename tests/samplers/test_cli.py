@@ -39,6 +39,10 @@ def cli(*args, timeout=240, **kwargs):
         (["--target", "nope"], "argument --target: invalid choice: 'nope'"),
         (["--chains", "many"], "argument --chains: invalid int value: 'many'"),
         (["--block-size", "-1"], "block size must be >= 0"),
+        (["--sampler", "rwm", "--metric", "dense"], "--sampler rwm takes a diagonal metric only"),
+        (["--sampler", "rwm", "--metric", "gradient"], "--sampler rwm computes no gradients"),
+        (["--sampler", "laps", "--metric", "dense"], "tuned by LAPS's own rules"),
+        (["--metric", "full"], "argument --metric: invalid choice: 'full'"),
     ],
 )
 def test_a_bad_argument_is_one_error_line_and_exit_2(args, says):
@@ -53,7 +57,8 @@ def test_the_help_shows_defaults_and_explains_flags():
     text = " ".join(
         _cli.parser()._subparsers._group_actions[0].choices["run"].format_help().split()
     )
-    for flag in ("--adaptation", "--strict", "--no-cache", "--superchain-size", "--warmup"):
+    for flag in ("--adaptation", "--strict", "--no-cache", "--superchain-size", "--warmup",
+                 "--metric"):  # fmt: skip
         assert flag in text
     assert "(default: laps)" in text and "(default: 256)" in text and "WindowAdaptation" in text
     assert "nuts" in text and "Neal's funnel" in text  # samplers and targets explained
@@ -66,6 +71,24 @@ def test_check_arguments_and_superchains_without_jax():
     assert _cli.superchain_size(args) is None  # too few chains for 8 superchains of 2
     args = _cli.parser().parse_args(["run", "--chains", "64", "--superchain-size", "0"])
     assert _cli.check_arguments(args) is None and _cli.superchain_size(args) is None
+
+
+def test_metric_auto_is_dense_up_to_100_dimensions_for_one_step_kernels():
+    from samplers._cli_kernels import make_sampler
+
+    for name in ("mala", "hmc", "ghmc", "nuts"):
+        assert make_sampler(name, True, 100, "dense", 10)[1].metric == "dense"
+        assert make_sampler(name, True, 100, "gradient", 101)[1].metric == "gradient"
+        assert make_sampler(name, True, 100, "none", 10)[1].metric is None
+    for name in ("mala", "ghmc"):  # one gradient step per transition
+        _, adaptation, described = make_sampler(name, True, 100, "auto", 100)
+        assert adaptation.metric == "dense" and "dense metric" in described
+        assert make_sampler(name, True, 100, "auto", 101)[1].metric == "diagonal"
+    for name in ("rwm", "hmc", "nuts", "adjusted-mclmc"):
+        assert make_sampler(name, True, 100, "auto", 10)[1].metric == "diagonal"
+    assert "per-coordinate" in make_sampler("rwm", True, 100, "auto", 10)[2]
+    args = _cli.parser().parse_args(["run", "--sampler", "nuts", "--metric", "gradient"])
+    assert _cli.check_arguments(args) is None
 
 
 TINY = ["--target", "gaussian", "--dim", "3", "--chains", "8", "--steps", "10", "--warmup",
