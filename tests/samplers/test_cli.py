@@ -163,7 +163,7 @@ def test_ctrl_c_without_a_checkpoint():
 
 # Measured (jax 0.10.2, 4 CPU devices): all 16 combinations converge with the defaults at
 # 400 warmup + 400 sampling steps (mala on the gaussian since MALA takes WindowAdaptation's
-# diagonal metric: nested R-hat 1.002, min ESS 4252), except the random walk: it needs O(d)
+# metric, dense at 10-d with --metric auto), except the random walk: it needs O(d)
 # steps per independent draw (nested R-hat 1.017 after 400 steps), so it is tested at a
 # size that is still modest for a random walk, 1000 warmup + 2000 sampling steps (nested
 # R-hat 1.004 on both targets, min ESS 2756 and 2830; at 500 + 1000 it was 1.007, too close
