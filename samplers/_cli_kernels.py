@@ -5,8 +5,8 @@ Every sampler is tuned by default, from the ensemble, during `--warmup` steps:
 * rwm, mala, hmc, ghmc, nuts, adjusted-mclmc: `samplers.WindowAdaptation` (Stan-like
   windows: one step size shared by the ensemble, dual averaging of the ensemble-mean
   acceptance towards the kernel's target; the metric `--metric` says: by default dense
-  up to 100 dimensions for mala/hmc/ghmc/nuts, else diagonal; for rwm a per-coordinate
-  step size).
+  up to 100 dimensions for mala and ghmc, else diagonal; for rwm a per-coordinate step
+  size).
 * mclmc: `MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`: step size
   driven by the energy error per dimension, `L` from the ensemble's spread, early stop once
   the ensemble's `E[x²]` stops drifting), after which the tuned, still unadjusted, MCLMC
@@ -115,14 +115,14 @@ DENSE_UP_TO = 100  # --metric auto: dense up to this dimension (a Cholesky per s
 
 def metric_for(name: str, metric: str, dim: int) -> str | None:
     """What `--metric` means for `--sampler name` at dimension `dim`: the
-    `WindowAdaptation` metric (`"dense"`, `"diagonal"` or None)."""
+    `WindowAdaptation` metric (`"dense"`, `"diagonal"`, `"gradient"` or None)."""
     if metric == "none":
         return None
     if metric == "auto":
         # mala and ghmc move one gradient step per transition, so a diagonal metric leaves
         # them slowed by every correlation; hmc's fixed 10-step path is hurt more by a 100-d
         # covariance estimate's noise than helped (measured: nested R-hat 1.029 dense vs
-        # 1.002 diagonal on the 100-d gaussian), and nuts does well with either.
+        # 1.003 diagonal on the 100-d gaussian), and nuts does well with either.
         one_step = name in ("mala", "ghmc")
         return "dense" if one_step and dim <= DENSE_UP_TO else "diagonal"
     return metric  # --metric dense with rwm or adjusted-mclmc: refused by check_arguments
