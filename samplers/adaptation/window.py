@@ -150,8 +150,8 @@ class _Carry(eqx.Module):
     shift: Array  # (dim,): the ensemble mean at the window start, for stable sums
     sum1: Array  # this chain's window sums of (x - shift), ((x - shift)^2 or outer)
     sum2: Array
-    gsum1: Array  # (dim,): this chain's window sums of the gradient and its square
-    gsum2: Array  # (metric="gradient" only; zeros otherwise)
+    gsum1: Array | None  # (dim,): this chain's window sums of the gradient and its
+    gsum2: Array | None  # square (metric="gradient" only, else None: nothing carried)
     count: Float[Array, ""]  # this chain's healthy draws in the window
     excluded: Int[Array, ""]
     restarted: Int[Array, ""]
@@ -403,8 +403,8 @@ class WindowAdaptation(Adaptation):
             shift=zeros,
             sum1=zeros,
             sum2=jnp.zeros_like(metric0),
-            gsum1=zeros,
-            gsum2=zeros,
+            gsum1=zeros if self.metric == "gradient" else None,
+            gsum2=zeros if self.metric == "gradient" else None,
             count=jnp.zeros((), dtype),
             excluded=jnp.int32(0),
             restarted=jnp.int32(0),
@@ -613,8 +613,16 @@ class WindowAdaptation(Adaptation):
         x = jnp.where(is_healthy(c.state), c.state.position, jnp.nan)
         shift, _ = finite_chain_mean(x)
         shift = jnp.where(jnp.isfinite(shift), shift, 0.0).astype(c.shift.dtype)
-        return eqx.tree_at(
-            lambda c: (c.shift, c.sum1, c.sum2, c.gsum1, c.gsum2, c.count),
+
+        def zero(x: Array | None) -> Array | None:
+            return None if x is None else jnp.zeros_like(x)
+
+        return dataclasses.replace(
             c,
-            (shift, *(jnp.zeros_like(x) for x in (c.sum1, c.sum2, c.gsum1, c.gsum2, c.count))),
+            shift=shift,
+            sum1=zero(c.sum1),
+            sum2=zero(c.sum2),
+            gsum1=zero(c.gsum1),
+            gsum2=zero(c.gsum2),
+            count=zero(c.count),
         )
