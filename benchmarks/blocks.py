@@ -17,11 +17,12 @@ import numpy as np
 
 import samplers
 
-from ._common import emit, gaussian, mesh_for, print_machine
+from ._common import emit, gaussian, logistic, mesh_for, print_machine
 
 BENCH = "blocks"
 
 COLUMNS = [
+    ("target", "target", ""),
     ("kernel", "kernel", ""),
     ("devices", "dev", "d"),
     ("chains", "chains", "d"),
@@ -43,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default 200)")
     p.add_argument("--repeats", type=int, default=None, help="timings per variant")
+    p.add_argument(
+        "--target",
+        choices=("gauss100", "logreg"),
+        default="gauss100",
+        help="gauss100 (a 3-5 µs gradient) or logreg (1000 x 50: a matrix product per chain)",
+    )
+    p.add_argument("--kernels", default="mclmc,hmc", help="comma-separated: mclmc, hmc")
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -62,15 +70,20 @@ def run(args: argparse.Namespace) -> list[dict]:
     ]
     if None not in blocks:
         blocks.insert(0, None)
-    target = gaussian(dim)
+    if args.target == "logreg":
+        target = logistic(*((100, 4, 20_000) if args.smoke else (1000, 50, 200_000)))
+        dim, scale, h = target.dim, 0.1, 0.01  # the `hmc` benchmark's start and step
+    else:
+        target, scale, h = gaussian(dim), 1.0, 0.3
     mesh = mesh_for(args.num_devices)
-    kernels = {
-        "MCLMC": samplers.MCLMC(step_size=0.5, L=5.0),
-        "HMC (10 leapfrog)": samplers.HMC(step_size=0.3, num_integration_steps=10),
+    every = {
+        "mclmc": ("MCLMC", samplers.MCLMC(step_size=0.5 * h / 0.3, L=5.0)),
+        "hmc": ("HMC (10 leapfrog)", samplers.HMC(step_size=h, num_integration_steps=10)),
     }
+    kernels = dict(every[k.strip()] for k in args.kernels.split(","))
     records: list[dict] = []
     for chains in chain_counts:
-        positions = jax.random.normal(jax.random.key(args.seed), (chains, dim))
+        positions = jax.random.normal(jax.random.key(args.seed), (chains, dim)) * scale
         for name, kernel in kernels.items():
 
             def go(block: Any, kernel: Any = kernel, positions: Any = positions) -> Any:
@@ -101,6 +114,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     dict(
                         benchmark=BENCH,
                         kernel=name,
+                        target=args.target,
                         devices=args.num_devices,
                         chains=chains,
                         chains_per_device=chains // args.num_devices,

@@ -73,6 +73,13 @@ class AdjustedMCLMC(Sampler):
         integrator: `"mclachlan"` (default), `"leapfrog"`, `"omelyan"` or an
             `IsokineticIntegrator` (static).
         divergence_threshold: `|energy error|` above this flags `is_divergent` (static).
+        jitter: (keyword-only, static) draw each transition's number of integrator steps
+            uniformly from `{1, ..., 2 * num_integration_steps - 1}` (the same mean), as
+            `HMC(jitter=True)` does: a fixed trajectory length can resonate with a
+            Gaussian's periods, so that the acceptance stops falling monotonically with the
+            step size and the trajectories stop decorrelating (measured on the 100-d
+            Gaussian: 0.99 acceptance at 10 fixed steps after step-size tuning). Each chain
+            draws its own length; under `vmap` the loop runs until the longest finishes.
 
     `Info.acceptance_rate` is the Metropolis acceptance probability and
     `Info.energy_change` the energy error of the proposal (0 if it was non-finite; such a
@@ -96,6 +103,7 @@ class AdjustedMCLMC(Sampler):
     L_proposal_factor: Hyper = math.inf
     integrator: IntegratorName | IsokineticIntegrator = eqx.field(static=True, default="mclachlan")
     divergence_threshold: float = eqx.field(static=True, default=1000.0)
+    jitter: bool = eqx.field(static=True, default=False, kw_only=True)
 
     @property
     def integrator_fn(self) -> IsokineticIntegrator:
@@ -168,6 +176,9 @@ class AdjustedMCLMC(Sampler):
         L_proposal = resolve(self.L_proposal_factor, state.count) * num_steps * step_size
 
         key_velocity, key_trajectory, key_accept = jax.random.split(key, 3)
+        if self.jitter:  # its own stream, so that jitter=False keeps its draws
+            n = jnp.maximum(num_steps, 1)
+            num_steps = jax.random.randint(jax.random.fold_in(key, 3), (), 1, 2 * n)
         velocity = random_unit_vector(state.position.shape[-1], key_velocity, state.position.dtype)
         start = IntegratorState(state.position, velocity, state.logdensity, state.grad)
         end, kinetic_change = self.trajectory(

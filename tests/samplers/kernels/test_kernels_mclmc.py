@@ -184,13 +184,16 @@ def _invariance_statistics(kernel, mesh):
 IMM = SIGMA**2 * jnp.linspace(0.7, 1.5, DIM)
 
 
-@pytest.mark.parametrize("L_proposal_factor", [math.inf, 1.25])
-def test_adjusted_mclmc_leaves_a_gaussian_invariant(explicit_mesh, L_proposal_factor):
+@pytest.mark.parametrize(
+    "L_proposal_factor, jitter", [(math.inf, False), (1.25, False), (math.inf, True)]
+)
+def test_adjusted_mclmc_leaves_a_gaussian_invariant(explicit_mesh, L_proposal_factor, jitter):
     kernel = samplers.AdjustedMCLMC(
         step_size=5.0,
         num_integration_steps=5,
         inverse_mass_matrix=IMM,
         L_proposal_factor=L_proposal_factor,
+        jitter=jitter,
     )
     z_mean, z_second, z_pooled, acceptance = _invariance_statistics(kernel, explicit_mesh)
     # The step is large enough that the Metropolis test matters (many rejections) ...
@@ -199,6 +202,29 @@ def test_adjusted_mclmc_leaves_a_gaussian_invariant(explicit_mesh, L_proposal_fa
     assert np.abs(z_mean).max() < 4.5, z_mean
     assert np.abs(z_second).max() < 4.5, z_second
     assert abs(z_pooled) < 4.0, z_pooled
+
+
+def test_adjusted_mclmc_jitter_draws_each_chains_length():
+    """jitter=True: every length in {1, ..., 9} for 5 steps (mean 5), each chain its own, and
+    two gradients per McLachlan step counted per chain."""
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
+    x = jax.random.normal(jax.random.key(0), (4000, 3))
+    keys = jax.random.split(jax.random.key(1), 4000)
+
+    def one(kernel):
+        def step(x, key):
+            return kernel.step(logdensity, kernel.init(logdensity, x, key), key)
+
+        return jax.vmap(step)(x, keys)
+
+    jittered = samplers.AdjustedMCLMC(step_size=0.3, num_integration_steps=5, jitter=True)
+    _, info = one(jittered)
+    steps = np.asarray(info.num_grads) // 2
+    assert set(np.unique(steps).tolist()) == set(range(1, 10))
+    assert abs(steps.mean() - 5) < 0.1 and jittered.grads_per_step == 10
+    fixed = samplers.AdjustedMCLMC(step_size=0.3, num_integration_steps=5)
+    _, info = one(fixed)
+    np.testing.assert_array_equal(info.num_grads, 10)
 
 
 def test_invariance_check_has_power_against_a_wrong_energy():
