@@ -10,6 +10,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 import ensemblenn as enn
 
+from .. import _threefry
 from .. import diagnostics as diag
 from ..kernels import Logdensity, Sampler, step_chain
 from ._moments import ChainMoments
@@ -70,7 +71,7 @@ def chunk(
     def body(loop: tuple) -> tuple:
         i, kept, c, draws, bias = loop
         t = start + i
-        state, info = step_chain(sampler, logdensity, c.state, jax.random.fold_in(key, t))
+        state, info = step_chain(sampler, logdensity, c.state, _threefry.fold_in(key, t))
         since = t - config.first_sample
         sampling = since >= 0
         observed = state.position if observe is None else observe(state.position)

@@ -3,11 +3,11 @@
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _threefry
 from ..integrators import InverseMassMatrix, sample_momentum, value_and_grad, velocity
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
@@ -115,7 +115,7 @@ class MALA(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, Info]:
-        key_proposal, key_accept = jax.random.split(key)
+        key_proposal, key_accept = _threefry.split(key)
         x, count = state.position, state.count
         proposed = self.proposal(x, state.grad, count, key_proposal)
         logp, grad = value_and_grad(logdensity)(proposed)

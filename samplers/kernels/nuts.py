@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .. import _threefry
 from .._errors import SamplerError, SamplerTypeError
 from ..integrators import (
     LogdensityAndGrad,
@@ -227,7 +228,7 @@ class NUTS(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, NUTSInfo]:
-        key_momentum, key_tree = jax.random.split(key)
+        key_momentum, key_tree = _threefry.split(key)
         dtype = jnp.result_type(state.position)
         count = state.count
         step_size = resolve(self.step_size, count).astype(dtype)
@@ -250,8 +251,8 @@ class NUTS(Sampler):
         )
 
         def double(t: _Trajectory) -> _Trajectory:
-            key_direction, key_subtree, key_merge = jax.random.split(
-                jax.random.fold_in(key_tree, t.depth), 3
+            key_direction, key_subtree, key_merge = _threefry.split(
+                _threefry.fold_in(key_tree, t.depth), 3
             )
             forward = jax.random.bernoulli(key_direction)
             sub = self.build_subtree(
@@ -346,7 +347,7 @@ class NUTS(Sampler):
             log_w = jnp.where(jnp.isfinite(energy_change), -energy_change, -jnp.inf)
             log_weight = jnp.logaddexp(s.log_weight, log_w)
             # Multinomial within the subtree: the new leaf replaces the draw w.p. w / W.
-            replace = jnp.log(jax.random.uniform(jax.random.fold_in(key, n), dtype=dtype)) < (
+            replace = jnp.log(jax.random.uniform(_threefry.fold_in(key, n), dtype=dtype)) < (
                 log_w - log_weight
             )
             accept_prob = jnp.where(divergent, 0.0, jnp.exp(jnp.minimum(-energy_change, 0.0)))

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _threefry
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
 
@@ -66,7 +67,7 @@ class RandomWalk(Sampler):
         return State(position, log_density(logdensity, position), jnp.int32(0))
 
     def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
-        key_proposal, key_accept = jax.random.split(key)
+        key_proposal, key_accept = _threefry.split(key)
         proposed = self.proposal(state.position, state.count, key_proposal)
         logp = log_density(logdensity, proposed)
         log_ratio = (

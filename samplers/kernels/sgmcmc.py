@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _threefry
 from .._errors import SamplerError, SamplerTypeError
 from ._base import Hyper, Info, Sampler, State, hyperparameter, resolve
 from ._transition import all_finite, select
@@ -160,7 +161,7 @@ class SGLD(_StochasticGradient):
     def step(self, logdensity, state: SGLDState, key: PRNGKeyArray) -> tuple[SGLDState, Info]:
         step_size = resolve(self.step_size, state.count)
         temperature = resolve(self.temperature, state.count)
-        key_noise, key_batch = jax.random.split(key)
+        key_noise, key_batch = _threefry.split(key)
         noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
         position = (
             state.position
@@ -227,7 +228,7 @@ class SGHMC(_StochasticGradient):
     def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGHMCState:
         """Start at `position` with momentum drawn from its stationary law at step 0."""
         position = jnp.asarray(position)
-        key_batch, key_momentum = jax.random.split(key)
+        key_batch, key_momentum = _threefry.split(key)
         logp, grad = self.estimate(logdensity, position, key_batch)
         scale = jnp.sqrt(resolve(self.step_size, 0) * resolve(self.temperature, 0))
         momentum = scale * jax.random.normal(key_momentum, position.shape, position.dtype)
@@ -237,7 +238,7 @@ class SGHMC(_StochasticGradient):
         eta = resolve(self.step_size, state.count)
         alpha = resolve(self.friction, state.count)
         temperature = resolve(self.temperature, state.count)
-        key_noise, key_batch = jax.random.split(key)
+        key_noise, key_batch = _threefry.split(key)
         noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
         momentum = (
             (1.0 - alpha) * state.momentum

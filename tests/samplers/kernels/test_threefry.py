@@ -39,3 +39,53 @@ def test_uniforms_per_key_and_batch_independent():
     assert abs(u.mean() - 0.5) < 4 * (1 / np.sqrt(12 * u.size))
     z = np.asarray(tf.normals(wide))
     assert np.isfinite(z).all() and abs(z.var() - 1) < 0.05 and abs(z.mean()) < 0.03
+
+
+def _data(keys):
+    return np.asarray(jax.random.key_data(keys))
+
+
+def test_fold_in_and_split_are_jax_random_bit_for_bit():
+    """The driver and the kernels use these in place of `jax.random.fold_in` / `split`, so
+    they must give JAX's very keys: alone, under vmap with per-chain data, under jit, for
+    data up to 2**31 - 1 and negative data. A JAX release that changes its Threefry keys
+    (or the partitionable split) fails here, not as changed sampler results elsewhere."""
+    keys = jax.random.split(jax.random.key(20261201), 16)
+    for data in (0, 1, 7, 12345, 2**31 - 1, np.int32(-5)):
+        np.testing.assert_array_equal(
+            _data(tf.fold_in(keys[3], data)), _data(jax.random.fold_in(keys[3], data))
+        )
+    steps = jnp.arange(16, dtype=jnp.int32) * 977
+    ours = jax.jit(jax.vmap(tf.fold_in))(keys, steps)
+    np.testing.assert_array_equal(_data(ours), _data(jax.vmap(jax.random.fold_in)(keys, steps)))
+    for num in (1, 2, 3, 5):
+        ours = jax.jit(jax.vmap(lambda k, n=num: tf.split(k, n)))(keys)
+        theirs = jax.vmap(lambda k, n=num: jax.random.split(k, n))(keys)
+        np.testing.assert_array_equal(_data(ours), _data(theirs))
+    np.testing.assert_array_equal(_data(tf.split(keys[0])), _data(jax.random.split(keys[0])))
+
+
+def test_fold_in_and_split_fall_back_for_other_keys():
+    """Keys that are not Threefry keys, and the non-partitionable split, go to jax.random
+    (the same results as there)."""
+    raw = jax.random.PRNGKey(3)  # a legacy uint32 key
+    np.testing.assert_array_equal(tf.fold_in(raw, 4), jax.random.fold_in(raw, 4))
+    np.testing.assert_array_equal(tf.split(raw, 3), jax.random.split(raw, 3))
+    rbg = jax.random.key(3, impl="rbg")
+    np.testing.assert_array_equal(_data(tf.split(rbg, 3)), _data(jax.random.split(rbg, 3)))
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        key = jax.random.key(9)
+        np.testing.assert_array_equal(_data(tf.split(key, 3)), _data(jax.random.split(key, 3)))
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+
+
+def test_unrolled_keys_lower_to_no_loop():
+    """The point of the module: no `while` in the compiled fold_in/split on CPU (JAX's own
+    lowering there is a rolled five-iteration loop)."""
+    key = jax.random.key(0)
+    ours = jax.jit(lambda k: (tf.fold_in(k, 3), tf.split(k, 3))).lower(key).as_text()
+    theirs = jax.jit(lambda k: jax.random.fold_in(k, 3)).lower(key).as_text()
+    assert "while" not in ours
+    assert jax.default_backend() != "cpu" or "while" in theirs
