@@ -74,7 +74,9 @@ def split(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
         >>> bool(np.array_equal(jax.random.key_data(mine), jax.random.key_data(theirs)))
         True
     """
-    if not (_is_threefry(key) and key.shape == () and jax.config.jax_threefry_partitionable):
+    # A JAX without the flag has only the partitionable split.
+    partitionable = getattr(jax.config, "jax_threefry_partitionable", True)
+    if not (_is_threefry(key) and key.shape == () and partitionable):
         return jax.random.split(key, num)
     raw = jax.random.key_data(key)
     low = jnp.arange(num, dtype=jnp.uint32)
