@@ -55,11 +55,7 @@ def fold_in(key: PRNGKeyArray, data: int | Array) -> PRNGKeyArray:
     data = jnp.asarray(data)
     if not _is_threefry(key) or key.shape != () or data.dtype.itemsize > 4:
         return jax.random.fold_in(key, data)
-    raw = jax.random.key_data(key)
-    # jax.random.fold_in hashes the counter pair (high word, low word) of a 32-bit `data`.
-    low = data.astype(jnp.uint32).reshape(1)
-    a, b = threefry2x32(raw, jnp.zeros_like(low), low)
-    return jax.random.wrap_key_data(jnp.concatenate([a, b]), impl=jax.random.key_impl(key))
+    return _counter_keys(key, data.astype(jnp.uint32).reshape(1))[0]
 
 
 def split(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
@@ -78,9 +74,13 @@ def split(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
     partitionable = getattr(jax.config, "jax_threefry_partitionable", True)
     if not (_is_threefry(key) and key.shape == () and partitionable):
         return jax.random.split(key, num)
-    raw = jax.random.key_data(key)
-    low = jnp.arange(num, dtype=jnp.uint32)
-    a, b = threefry2x32(raw, jnp.zeros_like(low), low)
+    return _counter_keys(key, jnp.arange(num, dtype=jnp.uint32))
+
+
+def _counter_keys(key: PRNGKeyArray, low: UInt32[Array, " n"]) -> PRNGKeyArray:
+    """The keys `jax.random` derives from `key` for the 32-bit counters `low`: the hash of
+    each counter pair (high word 0, low word), one key per counter."""
+    a, b = threefry2x32(jax.random.key_data(key), jnp.zeros_like(low), low)
     return jax.random.wrap_key_data(jnp.stack([a, b], axis=-1), impl=jax.random.key_impl(key))
 
 

@@ -1,6 +1,6 @@
 """The pieces every kernel's transition shares, in one home: the Metropolis-Hastings
 accept/reject and its `Info`, the divergence rule, finiteness checks, the gradient-carrying
-state and its initialisation, and the step counter.
+state and its initialisation, the step counter and the jittered path length.
 
 Every function that takes a PRNG key takes it LAST, as `Sampler.init` and `Sampler.step` do.
 """
@@ -51,6 +51,21 @@ def is_divergent(energy_change: Float[Array, ""], threshold: float) -> Bool[Arra
 def log_density(logdensity: Logdensity, position: Float[Array, " dim"]) -> Float[Array, ""]:
     """`logdensity(position)` as a scalar of the position's dtype (type-stable scan carries)."""
     return jnp.asarray(logdensity(position)).astype(jnp.result_type(position))
+
+
+def jittered_steps(num_steps: Int[Array, ""], key: PRNGKeyArray) -> Int[Array, ""]:
+    """A path length drawn uniformly from `{1, ..., 2 * num_steps - 1}` (mean `num_steps`,
+    at least 1): what `jitter=True` does in HMC and AdjustedMCLMC.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from samplers.kernels._transition import jittered_steps
+        >>> keys = jax.random.split(jax.random.key(0), 999)
+        >>> n = jax.vmap(jittered_steps, (None, 0))(jnp.int32(5), keys)
+        >>> int(n.min()), int(n.max())
+        (1, 9)
+    """
+    return jax.random.randint(key, (), 1, 2 * jnp.maximum(num_steps, 1))
 
 
 def next_count(state: State) -> State:

@@ -30,7 +30,7 @@ from ..integrators.isokinetic import (
     random_unit_vector,
 )
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
-from ._transition import all_finite, metropolis, select
+from ._transition import all_finite, jittered_steps, metropolis, select
 
 __all__ = ["AdjustedMCLMC", "AdjustedMCLMCState"]
 
@@ -178,8 +178,7 @@ class AdjustedMCLMC(Sampler):
 
         key_velocity, key_trajectory, key_accept = _threefry.split(key, 3)
         if self.jitter:  # its own stream, so that jitter=False keeps its draws
-            n = jnp.maximum(num_steps, 1)
-            num_steps = jax.random.randint(_threefry.fold_in(key, 3), (), 1, 2 * n)
+            num_steps = jittered_steps(num_steps, _threefry.fold_in(key, 3))
         velocity = random_unit_vector(state.position.shape[-1], key_velocity, state.position.dtype)
         start = IntegratorState(state.position, velocity, state.logdensity, state.grad)
         end, kinetic_change = self.trajectory(

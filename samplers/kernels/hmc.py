@@ -4,7 +4,6 @@ steps."""
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
@@ -14,7 +13,14 @@ import ensemblenn as enn
 from .. import _threefry
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
-from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
+from ._transition import (
+    DIVERGENCE_THRESHOLD,
+    GradientState,
+    jittered_steps,
+    metropolis_info,
+    next_count,
+    select,
+)
 
 
 class HMC(Sampler):
@@ -74,9 +80,7 @@ class HMC(Sampler):
         """The number of leapfrog steps of this transition (drawn when `jitter`)."""
         n = jnp.maximum(jnp.round(resolve(self.num_integration_steps, count)), 1)
         n = n.astype(jnp.int32)
-        if self.jitter:
-            n = jax.random.randint(key, (), 1, 2 * n)  # upper bound exclusive: 1..2n-1
-        return n
+        return jittered_steps(n, key) if self.jitter else n
 
     def momentum(
         self, position: Float[Array, " dim"], count: Int[Array, ""], key: PRNGKeyArray

@@ -73,12 +73,14 @@ def test_fold_in_and_split_fall_back_for_other_keys():
     np.testing.assert_array_equal(tf.split(raw, 3), jax.random.split(raw, 3))
     rbg = jax.random.key(3, impl="rbg")
     np.testing.assert_array_equal(_data(tf.split(rbg, 3)), _data(jax.random.split(rbg, 3)))
+    np.testing.assert_array_equal(_data(tf.fold_in(rbg, 4)), _data(jax.random.fold_in(rbg, 4)))
+    before = jax.config.jax_threefry_partitionable
     jax.config.update("jax_threefry_partitionable", False)
     try:
         key = jax.random.key(9)
         np.testing.assert_array_equal(_data(tf.split(key, 3)), _data(jax.random.split(key, 3)))
     finally:
-        jax.config.update("jax_threefry_partitionable", True)
+        jax.config.update("jax_threefry_partitionable", before)
 
 
 def test_unrolled_keys_lower_to_no_loop():
