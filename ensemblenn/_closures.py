@@ -104,6 +104,11 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
+def _is_jax_function(fn: types.FunctionType) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".", 1)[0] in ("jax", "jaxlib")
+
+
 class _Substituter:
     def __init__(self, table: dict[int, Any]):
         self.table = table
@@ -141,7 +146,11 @@ class _Substituter:
         if wrapped is not None and type(obj).__name__ == "PjitFunction":
             inner = self(wrapped)
             return obj if inner is wrapped else jax.jit(inner)
-        leaves, treedef = jax.tree.flatten(obj)
+        try:
+            leaves, treedef = jax.tree.flatten(obj)
+        except (ValueError, TypeError):
+            # e.g. a dict whose keys do not sort (JAX's own type-keyed tables): opaque
+            return obj
         if treedef.num_nodes == 1 and treedef.num_leaves == 1 and leaves[0] is obj:
             return obj  # an opaque object: its arrays are out of reach
         new_leaves = [self(leaf) for leaf in leaves]
@@ -166,7 +175,11 @@ class _Substituter:
             cells = tuple(new_cells)
         globals_ = fn.__globals__
         replaced = {}
-        for name in _code_names(fn.__code__):
+        # JAX's own functions (`jax.lax.fori_loop` under another name, the function
+        # `jax.vmap` returns) hold no user arrays in their module's globals: only their
+        # closures, walked above, can.
+        names = () if _is_jax_function(fn) else _code_names(fn.__code__)
+        for name in names:
             if name in globals_:
                 new = self(globals_[name])
                 if new is not globals_[name]:

@@ -144,6 +144,27 @@ def test_numpy_captures_and_body_constants_need_no_lifting(explicit_mesh):
     np.testing.assert_array_equal(f(jnp.zeros(N)), np.full(N, 5.0))
 
 
+LOOP = jax.lax.fori_loop  # a JAX function under a global name of the user's module
+MIXED_KEYS = {1: 2.0, "scale": 3.0}  # a dict JAX cannot flatten (its keys do not sort)
+
+
+def test_global_jax_functions_and_unflattenable_globals_are_left_alone(mesh):
+    # The walk used to follow fori_loop into JAX's own globals and stop at one of its
+    # type-keyed tables with JAX's "Comparator raised exception" ValueError.
+    data = sharded(jnp.arange(1.0, 4.0), mesh)
+
+    def per_chain(x):
+        return LOOP(0, 3, lambda i, c: c + data[i], x) * MIXED_KEYS["scale"] + MIXED_KEYS[1]
+
+    x = jnp.arange(N * 1.0)
+    out = enn.ensemble_map(per_chain, mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    np.testing.assert_array_equal(out, (x + 6.0) * 3.0 + 2.0)  # data still lifted
+    # What JAX returns for a captured-then-vmapped function is walked through its closure.
+    vmapped = jax.vmap(lambda y: y + data.sum())
+    out = enn.ensemble_map(lambda x: vmapped(x[None])[0], mesh=mesh, in_roles=enn.PER_CHAIN)(x)
+    np.testing.assert_array_equal(out, x + 6.0)
+
+
 def test_tracer_captured_from_outer_jit(mesh):
     @jax.jit
     def outer(x, shift):
