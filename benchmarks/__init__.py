@@ -20,6 +20,8 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
 * ``hierarchical``: samplers.LAPS vs BlackJAX LAPS on the eight-schools posterior.
 * ``hmc``: samplers.HMC (``samplers.run`` and the bare kernel scan) vs BlackJAX HMC on the
   logistic regression, same step size, leapfrog steps and chains.
+* ``first_call``: a fresh process's first LAPS call, ours vs BlackJAX's, with JAX's
+  persistent compilation cache off and warm.
 
 The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
 installed prints a ``skipped`` line for it and still runs our side.
@@ -36,6 +38,7 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "blocks": ((1, 4), "samplers.run block_size (device-count invariance) vs one batch"),
     "hierarchical": ((1,), "samplers.LAPS vs BlackJAX LAPS on eight schools (non-centred)"),
     "hmc": ((1,), "samplers.HMC (run, bare kernel) vs BlackJAX HMC on logistic regression"),
+    "first_call": ((4,), "a fresh process's first LAPS call vs BlackJAX's, cache cold and warm"),
 }
 
 __all__ = ["BENCHMARKS"]

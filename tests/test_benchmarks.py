@@ -30,6 +30,7 @@ OURS = {
     "blocks": None,
     "hmc": ["ensemblenn"],
     "hierarchical": ["ensemblenn"],
+    "first_call": ["ensemblenn"],
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},
@@ -37,6 +38,7 @@ PEERS = {
     "nuts": {"numpyro NUTS": "numpyro"},
     "hmc": {"blackjax": "blackjax"},
     "hierarchical": {"blackjax": "blackjax"},
+    "first_call": {"blackjax": "blackjax"},
 }
 
 
@@ -183,3 +185,13 @@ def test_cli_matrix_quick_prints_a_row_per_combination():
         assert r["status"] == "ok" and isinstance(r["converged"], bool), r
         assert r["max_rhat"] > 0.9 and r["min_ess"] > 0 and 0 <= r["acceptance"] <= 1, r
     assert "| banana | hmc |" in proc.stdout and "|---" in proc.stdout
+
+
+@pytest.mark.slow
+def test_first_call_times_both_cache_states_in_fresh_processes():
+    records, _ = smoke("first_call")
+    ours = [r for r in records if r.get("impl") == "ensemblenn"]
+    assert sorted(r["cache"] for r in ours) == ["cold", "warm"]
+    # Each figure is a fresh process's call, compilation included: never zero.
+    assert all(r["first_call_s_min"] > 0 and r["compile_s_min"] > 0 for r in ours)
+    assert all(r["first_call_s_min"] <= r["first_call_s_median"] for r in ours)
