@@ -22,9 +22,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from . import laps
 from ._common import emit, have, print_machine, skipped
 
 BENCH = "first_call"
@@ -62,7 +62,6 @@ def _child(args: argparse.Namespace) -> None:
     """One first call, printed as a JSON line."""
     import samplers
 
-    from . import laps
     from ._common import clock, closed_over_logdensity, mesh_for
 
     if args.cache_dir:
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         impls.append("blackjax")
     elif not args.skip_peer:
         emit(skipped(BENCH, "blackjax", "blackjax", devices=args.num_devices), records)
-    chains = args.chains or (16 if args.smoke else 512)
+    chains = laps._sizes(args)["chains"]
     timings: dict[tuple[str, str], list[dict]] = {
         (i, c): [] for i in impls for c in ("cold", "warm")
     }
@@ -127,7 +126,6 @@ def run(args: argparse.Namespace) -> list[dict]:
                     timings[impl, cache].append(
                         _spawn(args, impl, caches[impl] if cache == "warm" else None)
                     )
-                    time.sleep(0.1)
     summary = {}
     for (impl, cache), runs in timings.items():
         walls = [r["wall"] for r in runs]

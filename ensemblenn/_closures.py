@@ -104,11 +104,6 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _is_jax_function(fn: types.FunctionType) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return module.split(".", 1)[0] in ("jax", "jaxlib")
-
-
 class _Substituter:
     def __init__(self, table: dict[int, Any]):
         self.table = table
@@ -175,11 +170,7 @@ class _Substituter:
             cells = tuple(new_cells)
         globals_ = fn.__globals__
         replaced = {}
-        # JAX's own functions (`jax.lax.fori_loop` under another name, the function
-        # `jax.vmap` returns) hold no user arrays in their module's globals: only their
-        # closures, walked above, can.
-        names = () if _is_jax_function(fn) else _code_names(fn.__code__)
-        for name in names:
+        for name in _code_names(fn.__code__):
             if name in globals_:
                 new = self(globals_[name])
                 if new is not globals_[name]:
