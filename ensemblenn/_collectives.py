@@ -42,6 +42,36 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
+    """`lax.all_gather` of each leaf over the mesh axis, as one collective per dtype.
+
+    Gathers are exact copies, so packing the leaves of one dtype into one flat buffer
+    changes no bit; on CPU each collective has a fixed cost (a rendezvous of the device
+    threads, a few microseconds) that a sampler's step pays once per leaf otherwise. Even
+    on one device the gather stays: it ends a fusion, and the code around it relies on
+    that (without it, XLA fuses a value's producer into its consumer and may round the
+    pair differently than on more devices).
+    """
+    leaves = [jnp.asarray(x) for x in leaves]
+    out: list = [None] * len(leaves)
+    groups: dict = {}
+    for i, x in enumerate(leaves):
+        if tiled and x.ndim == 0:  # lax's own error for a scalar tiled gather
+            out[i] = lax.all_gather(x, frame.mesh_axis, tiled=True)
+        else:
+            groups.setdefault(x.dtype, []).append(i)
+    for members in groups.values():
+        flat = jnp.concatenate([leaves[i].reshape(-1) for i in members])
+        every = lax.all_gather(flat, frame.mesh_axis)  # (devices, total)
+        offset = 0
+        for i in members:
+            x = leaves[i]
+            part = every[:, offset : offset + x.size].reshape(frame.num_devices, *x.shape)
+            offset += x.size
+            out[i] = part.reshape(-1, *x.shape[1:]) if tiled else part
+    return out
+
+
 def tree_sum(x: Array) -> Array:
     """Sum over axis 0 in a balanced binary tree: pairs (0,1), (2,3), ... then pairs of
     pairs. Pads with zeros to a power of two. The order depends only on the length."""
@@ -131,7 +161,7 @@ def _sum_by_nodes(local: Array, frame: EnsembleFrame) -> Array:
     mine = lax.switch(
         lax.axis_index(frame.mesh_axis), [branch(d) for d in range(frame.num_devices)], local
     )
-    every = lax.all_gather(mine, frame.mesh_axis)  # (devices, width, ...)
+    (every,) = _gather_devices([mine], frame, tiled=False)  # (devices, width, ...)
     where = {node: (d, slot) for d, ns in enumerate(nodes) for slot, node in enumerate(ns)}
 
     def node(k: int, i: int) -> Array:
@@ -144,13 +174,14 @@ def _sum_by_nodes(local: Array, frame: EnsembleFrame) -> Array:
     return node(max(n - 1, 0).bit_length(), 0)
 
 
-def _sum_leaf(x: Any, frame: EnsembleFrame) -> Array:
-    x = rounded(jnp.asarray(x))
-    local = lax.all_gather(x, frame.local_axis)  # (num_local, ...), same for local chains
-    if _is_pow2(frame.num_local):
-        partial = tree_sum(local)
-        return tree_sum(lax.all_gather(partial, frame.mesh_axis))
-    return _sum_by_nodes(local, frame)
+def _sum_leaves(tree: PyTree, frame: EnsembleFrame) -> PyTree:
+    leaves, treedef = jax.tree.flatten(tree)
+    # (num_local, ...) per leaf: the same for every local chain.
+    local = [lax.all_gather(rounded(jnp.asarray(x)), frame.local_axis) for x in leaves]
+    if not _is_pow2(frame.num_local):
+        return jax.tree.unflatten(treedef, [_sum_by_nodes(x, frame) for x in local])
+    partials = _gather_devices([tree_sum(x) for x in local], frame, tiled=False)
+    return jax.tree.unflatten(treedef, [tree_sum(p) for p in partials])
 
 
 def chain_sum(tree: PyTree) -> PyTree:
@@ -164,8 +195,7 @@ def chain_sum(tree: PyTree) -> PyTree:
         >>> float(f(jnp.arange(8.0)))
         28.0
     """
-    frame = _frame("chain_sum")
-    return jax.tree.map(lambda x: _sum_leaf(x, frame), tree)
+    return _sum_leaves(tree, _frame("chain_sum"))
 
 
 def chain_mean(tree: PyTree) -> PyTree:
@@ -178,7 +208,7 @@ def chain_mean(tree: PyTree) -> PyTree:
         [-1.5, -0.5, 0.5, 1.5]
     """
     frame = _frame("chain_mean")
-    return jax.tree.map(lambda x: _sum_leaf(x, frame) / frame.num_chains, tree)
+    return jax.tree.map(lambda x: x / frame.num_chains, _sum_leaves(tree, frame))
 
 
 def chain_all_gather(tree: PyTree) -> PyTree:
@@ -192,12 +222,9 @@ def chain_all_gather(tree: PyTree) -> PyTree:
         [0.0, 1.0, 2.0, 3.0]
     """
     frame = _frame("chain_all_gather")
-
-    def gather(x: Any) -> Array:
-        local = lax.all_gather(jnp.asarray(x), frame.local_axis)
-        return lax.all_gather(local, frame.mesh_axis, tiled=True)
-
-    return jax.tree.map(gather, tree)
+    leaves, treedef = jax.tree.flatten(tree)
+    local = [lax.all_gather(jnp.asarray(x), frame.local_axis) for x in leaves]
+    return jax.tree.unflatten(treedef, _gather_devices(local, frame, tiled=True))
 
 
 def chain_index() -> Int[Array, ""]:
@@ -269,5 +296,6 @@ def device_all_gather(tree: PyTree) -> PyTree:
         >>> f(jnp.zeros(n)).tolist() == list(range(n))
         True
     """
-    axis = _frame("device_all_gather").mesh_axis
-    return jax.tree.map(lambda x: jax.lax.all_gather(x, axis, tiled=True), tree)
+    frame = _frame("device_all_gather")
+    leaves, treedef = jax.tree.flatten(tree)
+    return jax.tree.unflatten(treedef, _gather_devices(leaves, frame, tiled=True))

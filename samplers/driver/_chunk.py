@@ -98,7 +98,9 @@ def chunk(
         )
         if config.keep_trace:
             keep = sampling & ((since + 1) % config.thin == 0)
-            draws = jnp.where(keep, draws.at[kept].set(state.position), draws)
+            # A cond, not a select: under the ensemble's vmap `keep` is one flag for all
+            # chains, so only kept steps touch the buffer (a select copied all of it).
+            draws = jax.lax.cond(keep, lambda d: d.at[kept].set(state.position), lambda d: d, draws)
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)

@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .. import checkpoint
 from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler
+from ..targets import Target
 from ._finalise import finalise
 from ._flat import flatten_target
 from ._loop import Sampled, chunk_loop, save
@@ -129,7 +130,7 @@ def run(
     # Ravel once: from here on the chains are flat vectors (see _flat.py).
     user = logdensity
     logdensity, positions, position, observed = flatten_target(user, positions)
-    observed = observed if hasattr(user, "observable") else None
+    observed = observed if _has_observable(user) else None
     check_finite(positions)
     check_logdensity(user, position.one_chain())
     num_chains = int(np.shape(positions)[0])
@@ -176,3 +177,15 @@ def run(
     if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
         warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
     return result
+
+
+def _has_observable(logdensity: Any) -> bool:
+    """Whether the log density has an observable other than the position itself.
+
+    A `Target` that keeps the base class's identity observable gets no second set of
+    moments: they would duplicate the position's and cost as much to stream again.
+    """
+    observe = getattr(type(logdensity), "observable", None)
+    if observe is None:
+        return hasattr(logdensity, "observable")  # set on the instance
+    return observe is not Target.observable

@@ -207,11 +207,19 @@ class _RedBlueMove(Sampler):
         walkers = enn.chain_all_gather(
             (state.position, state.logdensity, jax.random.key_data(key), hyper)
         )
-        # This device's share of a half (clipped at its end: a short last share repeats
-        # a walker, whose duplicate result is dropped).
-        share = -(-half // enn.num_devices())
-        first = enn.device_index() * share
-        mine = jnp.minimum(first + jnp.arange(share), half - 1)
+        # This device's share of a half: a slice when the devices split it evenly (on
+        # one device a static one); otherwise clipped at its end, a short last share
+        # repeating a walker whose duplicate result is dropped.
+        devices = enn.num_devices()
+        share = -(-half // devices)
+
+        def take(x: Array, moving: int) -> Array:
+            if devices == 1:
+                return x[moving : moving + share]
+            if half % devices == 0:
+                first = moving + enn.device_index() * share
+                return jax.lax.dynamic_slice_in_dim(x, first, share)
+            return x[moving + jnp.minimum(enn.device_index() * share + jnp.arange(share), half - 1)]
 
         def gather(tree: Any) -> Any:
             # The shares of every device, in walker order: one half of the ensemble.
@@ -222,7 +230,7 @@ class _RedBlueMove(Sampler):
         ensemble = walkers[0]
         moved = []
         for moving, start in ((0, half), (half, 0)):
-            chosen = jax.tree.map(lambda x: x[moving + mine], walkers)
+            chosen = jax.tree.map(lambda x: take(x, moving), walkers)
             moved.append(gather(self._move(logdensity, chosen, ensemble, start, half)))
             ensemble = jnp.concatenate([moved[0][0], walkers[0][half:]])
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *moved)
