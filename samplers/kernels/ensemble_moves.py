@@ -207,19 +207,18 @@ class _RedBlueMove(Sampler):
         walkers = enn.chain_all_gather(
             (state.position, state.logdensity, jax.random.key_data(key), hyper)
         )
-        # This device's share of a half: a slice when the devices split it evenly (on
-        # one device a static one); otherwise clipped at its end, a short last share
+        # This device's share of a half: a slice when the devices split it evenly
+        # (static on one device); otherwise clipped at its end, a short last share
         # repeating a walker whose duplicate result is dropped.
         devices = enn.num_devices()
         share = -(-half // devices)
+        first = 0 if devices == 1 else enn.device_index() * share
+        clipped = None if half % devices == 0 else jnp.minimum(first + jnp.arange(share), half - 1)
 
         def take(x: Array, moving: int) -> Array:
-            if devices == 1:
-                return x[moving : moving + share]
-            if half % devices == 0:
-                first = moving + enn.device_index() * share
-                return jax.lax.dynamic_slice_in_dim(x, first, share)
-            return x[moving + jnp.minimum(enn.device_index() * share + jnp.arange(share), half - 1)]
+            if clipped is None:
+                return jax.lax.dynamic_slice_in_dim(x, moving + first, share)
+            return x[moving + clipped]
 
         def gather(tree: Any) -> Any:
             # The shares of every device, in walker order: one half of the ensemble.
