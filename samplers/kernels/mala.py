@@ -7,6 +7,8 @@ import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+import ensemblenn as enn
+
 from .. import _threefry
 from ..integrators import InverseMassMatrix, sample_momentum, value_and_grad, velocity
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
@@ -18,8 +20,8 @@ def _inverse_quadratic(r: Float[Array, " dim"], metric: InverseMassMatrix) -> Fl
     metric = jnp.asarray(metric, r.dtype)
     if metric.ndim == 2:
         white = solve_triangular(jnp.linalg.cholesky(metric), r, lower=True)
-        return jnp.sum(white**2)
-    return jnp.sum(r**2 / metric)
+        return enn.ordered_sum(white**2)
+    return enn.ordered_sum(r**2 / metric)
 
 
 class MALA(Sampler):
@@ -85,8 +87,10 @@ class MALA(Sampler):
         h = resolve(self.step_size, count).astype(jnp.result_type(position))
         metric = self.metric(count)
         momentum = sample_momentum(position, metric, key)
-        drift = velocity(momentum + 0.5 * h * grad, metric)
-        return position + h * drift
+        # (enn.rounded: no fused multiply-add, whose use depends on the program around
+        # the step, so on the device count.)
+        drift = velocity(momentum + enn.rounded(0.5 * h * grad), metric)
+        return position + enn.rounded(h * drift)
 
     def log_proposal_density(
         self,
@@ -104,7 +108,7 @@ class MALA(Sampler):
         """
         h = resolve(self.step_size, count).astype(jnp.result_type(to))
         metric = self.metric(count)
-        mean = start + 0.5 * h * velocity(h * grad_start, metric)
+        mean = start + enn.rounded(0.5 * h * velocity(h * grad_start, metric))
         return -0.5 * _inverse_quadratic((to - mean) / h, metric)
 
     def init(
