@@ -47,10 +47,11 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
 
     Gathers are exact copies, so packing the leaves of one dtype into one flat buffer
     changes no bit; on CPU each collective has a fixed cost (a rendezvous of the device
-    threads, a few microseconds) that a sampler's step pays once per leaf otherwise. Even
-    on one device the gather stays: it ends a fusion, and the code around it relies on
-    that (without it, XLA fuses a value's producer into its consumer and may round the
-    pair differently than on more devices).
+    threads, a few microseconds) that a sampler's step pays once per leaf otherwise. On
+    one device there is nothing to gather, but the result must still end a fusion as a
+    gather does: the code around it relies on that (without it, XLA fuses a value's
+    producer into its consumer and may round the pair differently than on more devices),
+    so the copy is an `optimization_barrier`, which XLA never fuses, at no cost.
     """
     leaves = [jnp.asarray(x) for x in leaves]
     out: list = [None] * len(leaves)
@@ -62,7 +63,10 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
             groups.setdefault(x.dtype, []).append(i)
     for members in groups.values():
         flat = jnp.concatenate([leaves[i].reshape(-1) for i in members])
-        every = lax.all_gather(flat, frame.mesh_axis)  # (devices, total)
+        if frame.num_devices == 1:  # see the docstring
+            every = lax.optimization_barrier(flat)[None]
+        else:
+            every = lax.all_gather(flat, frame.mesh_axis)  # (devices, total)
         offset = 0
         for i in members:
             x = leaves[i]
@@ -102,7 +106,10 @@ def rounded(x: Array) -> Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
-    one = 1.0 + 0.0 * jnp.where(jnp.isfinite(x), x, jnp.zeros_like(x))
+    # The 1.0 comes from one element, not from each: a per-element select and multiply
+    # cost more than the arithmetic they guard (a third of a Stretch step).
+    first = x.reshape(-1)[0] if x.size else jnp.zeros((), x.dtype)
+    one = 1.0 + 0.0 * jnp.where(jnp.isfinite(first), first, jnp.zeros_like(first))
     return x * one
 
 

@@ -130,6 +130,22 @@ def test_rounded_keeps_values_and_non_floats():
     r = enn.rounded(x)
     assert r[0] == 1.5 and r[1] == -jnp.inf and bool(jnp.isnan(r[2]))
     assert enn.rounded(jnp.arange(3)).dtype == jnp.arange(3).dtype
+    # The 1.0 is taken from the first element: a non-finite one must not spread.
+    r = enn.rounded(jnp.array([jnp.nan, 1.5, -2.0]))
+    assert bool(jnp.isnan(r[0])) and r[1] == 1.5 and r[2] == -2.0
+    assert enn.rounded(jnp.zeros((0, 3))).shape == (0, 3)
+
+
+def test_rounded_survives_compilation():
+    """The rounding multiply is still in the optimized program (XLA did not fold the 1.0),
+    and the result is the unfused `round(round(a * b) + c)`."""
+    a = b = np.float32(1 + 2**-12)  # a * b = 1 + 2^-11 + 2^-24: not a float32
+    c = np.float32(-1.0)
+    f = jax.jit(lambda a, b, c: enn.rounded(a * b) + c)
+    hlo = f.lower(a, b, c).compile().as_text()
+    assert hlo.count(" multiply(") >= 2, hlo
+    expected = np.float32(np.float32(a * b) + c)  # NumPy rounds the product: no FMA
+    assert float(f(a, b, c)) == float(expected) != 0.0
 
 
 @pytest.mark.parametrize("devices,num_chains", [(1, 7), (2, 6), (3, 12), (3, 15), (3, 33), (2, 22)])
