@@ -42,12 +42,43 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
-    """`lax.all_gather` of each leaf over the mesh axis, as one collective per dtype.
+_WORD = (jnp.dtype(jnp.float32), jnp.dtype(jnp.int32), jnp.dtype(jnp.uint32), jnp.dtype(bool))
 
-    Gathers are exact copies, so packing the leaves of one dtype into one flat buffer
-    changes no bit; on CPU each collective has a fixed cost (a rendezvous of the device
-    threads, a few microseconds) that a sampler's step pays once per leaf otherwise. On
+
+def _carrier(dtype: Any) -> Any:
+    """The dtype a leaf travels as in `_gather_devices`: float32 for the 32-bit kinds.
+
+    float32, not uint32: the float leaves, which most programs gather, then reach their
+    consumers untouched (a bitcast on their path changed XLA's fusion of the consumer, and
+    with it the last bit of an R-hat on one device but not four).
+    """
+    return jnp.dtype(jnp.float32) if any(dtype == w for w in _WORD) else dtype
+
+
+def _to_carrier(x: Array, carrier: Any) -> Array:
+    if x.dtype == carrier:
+        return x
+    if x.dtype == bool:
+        x = x.astype(jnp.uint32)
+    return lax.bitcast_convert_type(x, carrier)
+
+
+def _from_carrier(x: Array, dtype: Any) -> Array:
+    if x.dtype == dtype:
+        return x
+    if jnp.dtype(dtype) == jnp.dtype(bool):
+        return lax.bitcast_convert_type(x, jnp.uint32) != 0
+    return lax.bitcast_convert_type(x, dtype)
+
+
+def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
+    """`lax.all_gather` of each leaf over the mesh axis, as one collective per width.
+
+    Gathers are exact copies, so packing leaves into one flat buffer changes no bit: the
+    32-bit leaves (float32, int32, uint32, and booleans widened) travel as their bits in
+    one float32 buffer, other dtypes one buffer each. On CPU each collective has a fixed
+    cost (a rendezvous of the device threads, tens of microseconds when simulated devices
+    share cores) that a sampler's step pays once per leaf otherwise. On
     one device there is nothing to gather, but the result must still end a fusion as a
     gather does: the code around it relies on that (without it, XLA fuses a value's
     producer into its consumer and may round the pair differently than on more devices),
@@ -60,9 +91,9 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
         if tiled and x.ndim == 0:  # lax's own error for a scalar tiled gather
             out[i] = lax.all_gather(x, frame.mesh_axis, tiled=True)
         else:
-            groups.setdefault(x.dtype, []).append(i)
-    for members in groups.values():
-        flat = jnp.concatenate([leaves[i].reshape(-1) for i in members])
+            groups.setdefault(_carrier(x.dtype), []).append(i)
+    for carrier, members in groups.items():
+        flat = jnp.concatenate([_to_carrier(leaves[i], carrier).reshape(-1) for i in members])
         if frame.num_devices == 1:  # see the docstring
             every = lax.optimization_barrier(flat)[None]
         else:
@@ -71,6 +102,7 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
         for i in members:
             x = leaves[i]
             part = every[:, offset : offset + x.size].reshape(frame.num_devices, *x.shape)
+            part = _from_carrier(part, x.dtype)
             offset += x.size
             out[i] = part.reshape(-1, *x.shape[1:]) if tiled else part
     return out

@@ -47,6 +47,30 @@ def test_all_gather_index_and_count(mesh):
     np.testing.assert_array_equal(count, np.full((12, 1), 12.0))
 
 
+@pytest.mark.parametrize("devices", [1, 4])
+def test_all_gather_of_mixed_dtypes_is_exact_and_packed(devices):
+    """32-bit leaves of every kind travel together as their bits: exact copies (negative
+    zero, a NaN payload, negative ints, booleans), one collective for all of them."""
+    mesh = jax.make_mesh((devices,), ("chains",), devices=jax.devices()[:devices])
+    bits = np.array([0x80000000, 0x7FC01234, 0x3F800000, 0xFF800000] * 2, np.uint32)
+    tree = {
+        "f": jnp.asarray(bits.view(np.float32)).reshape(8, 1),
+        "i": jnp.arange(-4, 4, dtype=jnp.int32),
+        "u": jnp.asarray(bits),
+        "b": jnp.arange(8) % 3 == 0,
+        "h": jnp.arange(8, dtype=jnp.float16),  # another width: a buffer of its own
+    }
+    f = enn.ensemble_map(enn.chain_all_gather, mesh=mesh, in_roles=enn.PER_CHAIN)
+    out = f(tree)
+    assert np.asarray(out["f"]).view(np.uint32).tolist() == bits.reshape(8, 1).tolist()
+    for name in ("i", "u", "b", "h"):
+        assert out[name].dtype == tree[name].dtype
+        np.testing.assert_array_equal(out[name], tree[name])
+    if devices > 1:
+        text = str(jax.make_jaxpr(f)(tree))
+        assert text.count("all_gather[") == 2, text  # the 32-bit leaves, then float16
+
+
 def test_collectives_outside_ensemble_map_raise():
     for fn in (enn.chain_mean, enn.chain_sum, enn.chain_all_gather):
         with pytest.raises(enn.CollectiveError, match="outside a function run by ensemble_map"):
