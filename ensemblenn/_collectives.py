@@ -90,8 +90,9 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
     for i, x in enumerate(leaves):
         if tiled and x.ndim == 0:  # lax's own error for a scalar tiled gather
             out[i] = lax.all_gather(x, frame.mesh_axis, tiled=True)
-        else:
-            groups.setdefault(_carrier(x.dtype), []).append(i)
+        else:  # one device sends nothing: no bitcasts there, only the barrier
+            packed = _carrier(x.dtype) if frame.num_devices > 1 else x.dtype
+            groups.setdefault(packed, []).append(i)
     for carrier, members in groups.items():
         flat = jnp.concatenate([_to_carrier(leaves[i], carrier).reshape(-1) for i in members])
         if frame.num_devices == 1:  # see the docstring
