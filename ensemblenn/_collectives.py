@@ -52,7 +52,7 @@ def _carrier(dtype: Any) -> Any:
     consumers untouched (a bitcast on their path changed XLA's fusion of the consumer, and
     with it the last bit of an R-hat on one device but not four).
     """
-    return jnp.dtype(jnp.float32) if any(dtype == w for w in _WORD) else dtype
+    return jnp.dtype(jnp.float32) if dtype in _WORD else dtype
 
 
 def _to_carrier(x: Array, carrier: Any) -> Array:
@@ -78,27 +78,30 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
     32-bit leaves (float32, int32, uint32, and booleans widened) travel as their bits in
     one float32 buffer, other dtypes one buffer each. On CPU each collective has a fixed
     cost (a rendezvous of the device threads, tens of microseconds when simulated devices
-    share cores) that a sampler's step pays once per leaf otherwise. On
-    one device there is nothing to gather, but the result must still end a fusion as a
+    share cores) that a sampler's step pays once per leaf otherwise.
+
+    On one device there is nothing to send, but the result must still end a fusion as a
     gather does: the code around it relies on that (without it, XLA fuses a value's
-    producer into its consumer and may round the pair differently than on more devices),
-    so the copy is an `optimization_barrier`, which XLA never fuses, at no cost.
+    producer into its consumer and may round the pair differently than on more devices).
+    There each dtype's buffer passes an `optimization_barrier`, which XLA never fuses,
+    with no bitcasts (they cost a Stretch step ~7 us); a barrier per leaf instead changed
+    the fusion of a final R-hat.
     """
+    send = frame.num_devices > 1
     leaves = [jnp.asarray(x) for x in leaves]
     out: list = [None] * len(leaves)
     groups: dict = {}
     for i, x in enumerate(leaves):
         if tiled and x.ndim == 0:  # lax's own error for a scalar tiled gather
             out[i] = lax.all_gather(x, frame.mesh_axis, tiled=True)
-        else:  # one device sends nothing: no bitcasts there, only the barrier
-            packed = _carrier(x.dtype) if frame.num_devices > 1 else x.dtype
-            groups.setdefault(packed, []).append(i)
+        else:
+            groups.setdefault(_carrier(x.dtype) if send else x.dtype, []).append(i)
     for carrier, members in groups.items():
         flat = jnp.concatenate([_to_carrier(leaves[i], carrier).reshape(-1) for i in members])
-        if frame.num_devices == 1:  # see the docstring
-            every = lax.optimization_barrier(flat)[None]
-        else:
+        if send:
             every = lax.all_gather(flat, frame.mesh_axis)  # (devices, total)
+        else:
+            every = lax.optimization_barrier(flat)[None]
         offset = 0
         for i in members:
             x = leaves[i]

@@ -20,6 +20,7 @@ def _inverse_quadratic(r: Float[Array, " dim"], metric: InverseMassMatrix) -> Fl
     metric = jnp.asarray(metric, r.dtype)
     if metric.ndim == 2:
         white = solve_triangular(jnp.linalg.cholesky(metric), r, lower=True)
+        # A fixed order: jnp.sum's rounded differently on 1 and 4 devices (AVX-512 CPU).
         return enn.ordered_sum(white**2)
     return enn.ordered_sum(r**2 / metric)
 
