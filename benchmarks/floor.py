@@ -15,6 +15,9 @@ refresh) and a uniform for the accept test, from each chain's own key (`fold_in`
 step). The `draws` row times exactly that (a `lax.scan` of K per-chain `fold_in` + normal +
 uniform draws), and `ratio_with_draws` = step time / (grads per step * floor per gradient
 + draws per step): 1.0 would mean the kernel costs nothing beyond its gradients and draws.
+The kernels draw those very numbers (bit for bit) through `samplers._threefry`, whose
+unrolled hash is cheaper on CPU than `jax.random`'s rolled loop: the `own draws` row times
+that, and `ratio_with_own_draws` uses it in place of the `draws` row.
 """
 
 import argparse
@@ -28,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 
 import ensemblenn as enn
 import samplers
+from samplers import _threefry
 
 from ._common import emit, gaussian, logistic, mesh_for, print_machine
 from .overhead import interleaved
@@ -47,6 +51,8 @@ COLUMNS = [
     ("ratio_median", "ratio (median)", ".2f"),
     ("ratio_with_draws", "ratio to grads+draws", ".2f"),
     ("ratio_with_draws_median", "(median)", ".2f"),
+    ("ratio_with_own_draws", "ratio to grads+own draws", ".2f"),
+    ("ratio_with_own_draws_median", "(median)", ".2f"),
 ]
 
 
@@ -121,8 +127,25 @@ def run(args: argparse.Namespace) -> list[dict]:
             x = jax.lax.with_sharding_constraint(x, sharded)
             return jax.lax.scan(body, x, jnp.arange(steps))[0]
 
-        fns = {"floor": floor, "draws": draws}
-        call_args, grads = {"floor": (target, x0), "draws": (x0, keys)}, {}
+        @jax.jit
+        def own_draws(x: Any, keys: Any) -> Any:
+            # The same numbers from the kernels' own exact copy of jax.random (private to
+            # samplers: it is what this row measures).
+            def one(x: Any, key: Any, i: Any) -> Any:
+                k = _threefry.fold_in(key, i)
+                z = _threefry.normal(k, x.shape)
+                u = _threefry.uniform(_threefry.fold_in(k, 1))
+                return x + 1e-6 * z * u
+
+            def body(x: Any, i: Any) -> tuple:
+                return jax.vmap(one, in_axes=(0, 0, None))(x, keys, i), None
+
+            x = jax.lax.with_sharding_constraint(x, sharded)
+            return jax.lax.scan(body, x, jnp.arange(steps))[0]
+
+        fns = {"floor": floor, "draws": draws, "own_draws": own_draws}
+        call_args = {"floor": (target, x0), "draws": (x0, keys), "own_draws": (x0, keys)}
+        grads: dict[str, int] = {}
         for label, kernel in kernels().items():
             init = enn.ensemble_map(
                 lambda k, t, x, key: k.init(t, x, key),
@@ -155,20 +178,25 @@ def run(args: argparse.Namespace) -> list[dict]:
         floor_min, floor_med = timing["floor"]
         per_grad, per_grad_med = floor_min / steps, floor_med / steps
         draw, draw_med = timing["draws"][0] / steps, timing["draws"][1] / steps
-        emit(
-            dict(
-                benchmark=BENCH,
-                target=name,
-                devices=n,
-                chains=chains,
-                impl="draws",
-                path="jit(scan(vmap(fold_in, normal, uniform)))",
-                grads_per_step=0,
-                step_us=draw * 1e6,
-                steps=steps,
-            ),
-            records,
-        )
+        own, own_med = timing["own_draws"][0] / steps, timing["own_draws"][1] / steps
+        for impl, path, t in [
+            ("draws", "jit(scan(vmap(jax.random fold_in, normal, uniform)))", draw),
+            ("own draws", "the same numbers, samplers' unrolled Threefry", own),
+        ]:
+            emit(
+                dict(
+                    benchmark=BENCH,
+                    target=name,
+                    devices=n,
+                    chains=chains,
+                    impl=impl,
+                    path=path,
+                    grads_per_step=0,
+                    step_us=t * 1e6,
+                    steps=steps,
+                ),
+                records,
+            )
         emit(
             dict(
                 benchmark=BENCH,
@@ -204,6 +232,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                     ratio_median=t_med / steps / g / per_grad_med,
                     ratio_with_draws=t_min / steps / (g * per_grad + draw),
                     ratio_with_draws_median=t_med / steps / (g * per_grad_med + draw_med),
+                    ratio_with_own_draws=t_min / steps / (g * per_grad + own),
+                    ratio_with_own_draws_median=t_med / steps / (g * per_grad_med + own_med),
                     steps=steps,
                 ),
                 records,

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from typing import Literal
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .. import _threefry
 from .._deprecation import key_last
 from .._errors import SamplerError, SamplerTypeError
 from ._leapfrog import value_and_grad as _value_and_grad
@@ -166,7 +166,7 @@ def random_unit_vector(
         1.0
     """
     (dim,), key = key_last("random_unit_vector", (dim,), key)
-    z = jax.random.normal(key, (dim,), dtype)
+    z = _threefry.normal(key, (dim,), dtype)
     return z / jnp.linalg.norm(z)
 
 
@@ -194,7 +194,7 @@ def partially_refresh_velocity(
     )
     dim = velocity.shape[-1]
     c = jnp.exp(-step_size / L)
-    z = jax.random.normal(key, velocity.shape, velocity.dtype)
+    z = _threefry.normal(key, velocity.shape, velocity.dtype)
     new = c * velocity + jnp.sqrt(1.0 - c * c) * z / math.sqrt(dim)
     return new / jnp.linalg.norm(new)
 

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .. import _threefry
 from .._deprecation import key_last
 from ..integrators import value_and_grad
 from ._base import Info, Logdensity, State
@@ -148,7 +149,7 @@ def metropolis(
     (log_ratio,), key = key_last("samplers.metropolis", (log_ratio,), key)
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     prob = jnp.minimum(1.0, jnp.exp(log_ratio))
-    accept = jnp.log(jax.random.uniform(key)) < log_ratio
+    accept = jnp.log(_threefry.uniform(key)) < log_ratio
     return accept, prob
 
 

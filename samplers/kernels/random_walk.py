@@ -3,7 +3,6 @@
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
@@ -51,7 +50,7 @@ class RandomWalk(Sampler):
     ) -> Float[Array, " dim"]:
         """The proposed position: a Gaussian step of scale `step_size` from `position`."""
         step_size = resolve(self.step_size, count).astype(jnp.result_type(position))
-        return position + step_size * jax.random.normal(key, position.shape, position.dtype)
+        return position + step_size * _threefry.normal(key, position.shape, position.dtype)
 
     def log_proposal_correction(
         self, position: Float[Array, " dim"], proposed: Float[Array, " dim"], count: Int[Array, ""]

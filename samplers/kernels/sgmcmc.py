@@ -162,7 +162,7 @@ class SGLD(_StochasticGradient):
         step_size = resolve(self.step_size, state.count)
         temperature = resolve(self.temperature, state.count)
         key_noise, key_batch = _threefry.split(key)
-        noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
+        noise = _threefry.normal(key_noise, state.position.shape, state.position.dtype)
         position = (
             state.position
             + step_size * state.grad
@@ -231,7 +231,7 @@ class SGHMC(_StochasticGradient):
         key_batch, key_momentum = _threefry.split(key)
         logp, grad = self.estimate(logdensity, position, key_batch)
         scale = jnp.sqrt(resolve(self.step_size, 0) * resolve(self.temperature, 0))
-        momentum = scale * jax.random.normal(key_momentum, position.shape, position.dtype)
+        momentum = scale * _threefry.normal(key_momentum, position.shape, position.dtype)
         return SGHMCState(position, logp, jnp.zeros((), jnp.int32), grad, momentum)
 
     def step(self, logdensity, state: SGHMCState, key: PRNGKeyArray) -> tuple[SGHMCState, Info]:
@@ -239,7 +239,7 @@ class SGHMC(_StochasticGradient):
         alpha = resolve(self.friction, state.count)
         temperature = resolve(self.temperature, state.count)
         key_noise, key_batch = _threefry.split(key)
-        noise = jax.random.normal(key_noise, state.position.shape, state.position.dtype)
+        noise = _threefry.normal(key_noise, state.position.shape, state.position.dtype)
         momentum = (
             (1.0 - alpha) * state.momentum
             + eta * state.grad

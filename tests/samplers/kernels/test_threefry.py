@@ -91,3 +91,51 @@ def test_unrolled_keys_lower_to_no_loop():
     theirs = jax.jit(lambda k: jax.random.fold_in(k, 3)).lower(key).as_text()
     assert "while" not in ours
     assert jax.default_backend() != "cpu" or "while" in theirs
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint32)
+
+
+def test_normal_and_uniform_are_jax_random_bit_for_bit():
+    """The kernels draw their momenta, noise and accept uniforms with these, so they must be
+    JAX's very numbers: for a scalar and 1-, 2-, 3-d shapes, alone and under jit(vmap).
+    A JAX release that changes `jax.random.normal`'s bits or transform fails here."""
+    keys = jax.random.split(jax.random.key(20261203), 64)
+    for shape in [(), (1,), (5,), (100,), (3, 7), (2, 3, 4)]:
+        for ours, theirs in [(tf.normal, jax.random.normal), (tf.uniform, jax.random.uniform)]:
+            np.testing.assert_array_equal(
+                _bits(ours(keys[5], shape)), _bits(theirs(keys[5], shape))
+            )
+            batched = jax.jit(jax.vmap(lambda k, s=shape, f=ours: f(k, s)))(keys)
+            np.testing.assert_array_equal(
+                _bits(batched), _bits(jax.vmap(lambda k, s=shape, f=theirs: f(k, s))(keys))
+            )
+
+
+def test_normal_and_uniform_fall_back_for_other_keys_and_dtypes():
+    """Other dtypes, key implementations and the non-partitionable mode go to jax.random."""
+    key = jax.random.key(2)
+    for dtype in (jnp.bfloat16, jnp.float16):
+        np.testing.assert_array_equal(
+            tf.normal(key, (4,), dtype), jax.random.normal(key, (4,), dtype)
+        )
+        np.testing.assert_array_equal(
+            tf.uniform(key, (4,), dtype), jax.random.uniform(key, (4,), dtype)
+        )
+    rbg = jax.random.key(2, impl="rbg")
+    np.testing.assert_array_equal(tf.normal(rbg, (4,)), jax.random.normal(rbg, (4,)))
+    raw = jax.random.PRNGKey(2)
+    np.testing.assert_array_equal(tf.uniform(raw, (4,)), jax.random.uniform(raw, (4,)))
+    before = jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        np.testing.assert_array_equal(tf.normal(key, (4,)), jax.random.normal(key, (4,)))
+    finally:
+        jax.config.update("jax_threefry_partitionable", before)
+
+
+def test_unrolled_draws_lower_to_no_loop():
+    key = jax.random.key(0)
+    ours = jax.jit(lambda k: (tf.normal(k, (100,)), tf.uniform(k))).lower(key).as_text()
+    assert "while" not in ours
