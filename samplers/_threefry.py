@@ -97,11 +97,14 @@ def uniform(
 def normal(
     key: PRNGKeyArray, shape: tuple[int, ...] = (), dtype: jnp.dtype = jnp.float32
 ) -> Float[Array, "..."]:
-    """`jax.random.normal(key, shape, dtype)`, bit for bit, with the bits as one fused
-    kernel for a float32 draw from a Threefry key (anything else goes to `jax.random`).
+    """`jax.random.normal(key, shape, dtype)`, with the bits as one fused kernel for a
+    float32 draw from a Threefry key (anything else goes to `jax.random`).
 
-    The transform is JAX's own (a uniform in `(-1, 1)`, then `sqrt(2) erf_inv`); only the
-    Threefry hash is written out (on CPU, JAX's rolled loop cost ~60 % of a 100-d draw).
+    The transform is JAX's own (the same uniform in `(-1, 1)`, bit for bit, then
+    `sqrt(2) erf_inv`); only the Threefry hash is written out (on CPU, JAX's rolled loop
+    cost ~60 % of a 100-d draw). `erf_inv`'s last bits can depend on how XLA fuses it
+    (up to 3 ulp seen with the newest JAX on CPU); within one program they depend only on
+    the chain's key, as before.
 
     Example:
         >>> import jax, numpy as np, samplers._threefry as tf

@@ -97,20 +97,25 @@ def _bits(x):
     return np.asarray(x).view(np.uint32)
 
 
-def test_normal_and_uniform_are_jax_random_bit_for_bit():
+def test_normal_and_uniform_are_jax_randoms_numbers():
     """The kernels draw their momenta, noise and accept uniforms with these, so they must be
-    JAX's very numbers: for a scalar and 1-, 2-, 3-d shapes, alone and under jit(vmap).
-    A JAX release that changes `jax.random.normal`'s bits or transform fails here."""
+    JAX's numbers: for a scalar and 1-, 2-, 3-d shapes, alone and under jit(vmap). The
+    uniforms are bit for bit; the normals apply JAX's own `erf_inv` to those same uniforms,
+    whose last bits can depend on how XLA fuses it (seen: up to 3 ulp on one batched shape
+    with the newest JAX on CPU), so they are allowed 4 ulp. A JAX release that changes
+    `jax.random`'s bits or transform fails here."""
     keys = jax.random.split(jax.random.key(20261203), 64)
     for shape in [(), (1,), (5,), (100,), (3, 7), (2, 3, 4)]:
-        for ours, theirs in [(tf.normal, jax.random.normal), (tf.uniform, jax.random.uniform)]:
-            np.testing.assert_array_equal(
-                _bits(ours(keys[5], shape)), _bits(theirs(keys[5], shape))
-            )
+        for ours, theirs, ulp in [
+            (tf.normal, jax.random.normal, 4),
+            (tf.uniform, jax.random.uniform, 0),
+        ]:
+            got, want = ours(keys[5], shape), theirs(keys[5], shape)
             batched = jax.jit(jax.vmap(lambda k, s=shape, f=ours: f(k, s)))(keys)
-            np.testing.assert_array_equal(
-                _bits(batched), _bits(jax.vmap(lambda k, s=shape, f=theirs: f(k, s))(keys))
-            )
+            reference = jax.jit(jax.vmap(lambda k, s=shape, f=theirs: f(k, s)))(keys)
+            for a, b in [(got, want), (batched, reference)]:
+                a, b = _bits(a).astype(np.int64), _bits(b).astype(np.int64)
+                assert np.abs(a - b).max(initial=0) <= ulp, (shape, ours.__name__)
 
 
 def test_normal_and_uniform_fall_back_for_other_keys_and_dtypes():
