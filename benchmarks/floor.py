@@ -83,6 +83,25 @@ def kernels() -> dict[str, Any]:
     }
 
 
+def _draws_scan(random: Any, sharded: NamedSharding, steps: int) -> Any:
+    """A jitted scan of `steps` per-chain `fold_in` + normal + uniform draws from `random`
+    (`jax.random` or `samplers._threefry`: the same numbers)."""
+
+    def one(x: Any, key: Any, i: Any) -> Any:
+        k = random.fold_in(key, i)
+        return x + 1e-6 * random.normal(k, x.shape) * random.uniform(random.fold_in(k, 1))
+
+    @jax.jit
+    def scan(x: Any, keys: Any) -> Any:
+        def body(x: Any, i: Any) -> tuple:
+            return jax.vmap(one, in_axes=(0, 0, None))(x, keys, i), None
+
+        x = jax.lax.with_sharding_constraint(x, sharded)
+        return jax.lax.scan(body, x, jnp.arange(steps))[0]
+
+    return scan
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     print_machine(BENCH)
     if args.smoke:
@@ -113,35 +132,10 @@ def run(args: argparse.Namespace) -> list[dict]:
             x = jax.lax.with_sharding_constraint(x, sharded)
             return jax.lax.scan(body, x, None, length=steps)[0]
 
-        @jax.jit
-        def draws(x: Any, keys: Any) -> Any:
-            def one(x: Any, key: Any, i: Any) -> Any:
-                k = jax.random.fold_in(key, i)
-                z = jax.random.normal(k, x.shape)
-                u = jax.random.uniform(jax.random.fold_in(k, 1))
-                return x + 1e-6 * z * u
-
-            def body(x: Any, i: Any) -> tuple:
-                return jax.vmap(one, in_axes=(0, 0, None))(x, keys, i), None
-
-            x = jax.lax.with_sharding_constraint(x, sharded)
-            return jax.lax.scan(body, x, jnp.arange(steps))[0]
-
-        @jax.jit
-        def own_draws(x: Any, keys: Any) -> Any:
-            # The same numbers from the kernels' own exact copy of jax.random (private to
-            # samplers: it is what this row measures).
-            def one(x: Any, key: Any, i: Any) -> Any:
-                k = _threefry.fold_in(key, i)
-                z = _threefry.normal(k, x.shape)
-                u = _threefry.uniform(_threefry.fold_in(k, 1))
-                return x + 1e-6 * z * u
-
-            def body(x: Any, i: Any) -> tuple:
-                return jax.vmap(one, in_axes=(0, 0, None))(x, keys, i), None
-
-            x = jax.lax.with_sharding_constraint(x, sharded)
-            return jax.lax.scan(body, x, jnp.arange(steps))[0]
+        # The kernels' draws, from jax.random and from the kernels' own exact copy of it
+        # (private to samplers: it is what the `own draws` row measures).
+        draws = _draws_scan(jax.random, sharded, steps)
+        own_draws = _draws_scan(_threefry, sharded, steps)
 
         fns = {"floor": floor, "draws": draws, "own_draws": own_draws}
         call_args = {"floor": (target, x0), "draws": (x0, keys), "own_draws": (x0, keys)}

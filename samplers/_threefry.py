@@ -1,15 +1,17 @@
-"""Threefry-2x32, unrolled: per-walker uniforms and `jax.random.fold_in`'s keys.
+"""Threefry-2x32, unrolled: `jax.random`'s keys, uniforms and normals, and per-walker uniforms.
 
 `jax.random` lowers Threefry on CPU as a rolled loop of five iterations, whose fixed cost
 per iteration dominates when a step needs a few numbers for each of a few hundred chains
-(measured: one `fold_in` per step was ~60 µs of a 140 µs Stretch step, 256 walkers).
-Written out as straight-line integer arithmetic the same hash fuses into one kernel.
+(measured: one `fold_in` per step was ~60 µs of a 140 µs Stretch step, 256 walkers; the
+hash was ~60 % of a 100-d normal draw for 512 chains). Written out as straight-line integer
+arithmetic the same hash fuses into one kernel.
 
-`fold_in` gives the very bits of `jax.random.fold_in` (a test compares them), so the driver
-uses it without changing any stream. `uniforms` is this module's own stream (counters
-`0, 1, ...` under the walker's key), not `jax.random.uniform`'s: what matters is that each
-walker's numbers depend only on its key, never on the batch it is computed in (integer
-arithmetic is exact).
+`fold_in`, `split` and `uniform` give the very bits of their `jax.random` namesakes, and
+`normal` applies JAX's own transform to those uniforms (tests compare them), so the driver
+and the kernels use them without changing any stream. `uniforms` is this module's own
+stream (counters `0, 1, ...` under the walker's key), not `jax.random.uniform`'s: what
+matters is that each walker's numbers depend only on its key, never on the batch it is
+computed in (integer arithmetic is exact).
 """
 
 import jax
@@ -70,9 +72,7 @@ def split(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
         >>> bool(np.array_equal(jax.random.key_data(mine), jax.random.key_data(theirs)))
         True
     """
-    # A JAX without the flag has only the partitionable split.
-    partitionable = getattr(jax.config, "jax_threefry_partitionable", True)
-    if not (_is_threefry(key) and key.shape == () and partitionable):
+    if not (_is_threefry(key) and key.shape == () and _partitionable()):
         return jax.random.split(key, num)
     return _counter_keys(key, jnp.arange(num, dtype=jnp.uint32))
 
@@ -89,7 +89,7 @@ def uniform(
         >>> bool(np.array_equal(tf.uniform(key, (5,)), jax.random.uniform(key, (5,))))
         True
     """
-    if not _draws_here(key, dtype):
+    if not _draws_here(key, shape, dtype):
         return jax.random.uniform(key, shape, dtype)
     return _unit_floats(key, shape)
 
@@ -112,7 +112,7 @@ def normal(
         >>> bool(np.array_equal(tf.normal(key, (5,)), jax.random.normal(key, (5,))))
         True
     """
-    if not _draws_here(key, dtype):
+    if not _draws_here(key, shape, dtype):
         return jax.random.normal(key, shape, dtype)
     lo = jnp.float32(np.nextafter(np.float32(-1.0), np.float32(0.0)))
     # JAX scales by `1 - lo`, which rounds to exactly 2 in float32: `2 u + lo` has a single
@@ -127,27 +127,36 @@ def _unit_floats(key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "...
     return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - jnp.float32(1.0)
 
 
-def _draws_here(key: PRNGKeyArray, dtype: jnp.dtype) -> bool:
-    partitionable = getattr(jax.config, "jax_threefry_partitionable", True)
-    return _is_threefry(key) and key.shape == () and partitionable and dtype == jnp.float32
+def _draws_here(key: PRNGKeyArray, shape: tuple[int, ...], dtype: jnp.dtype) -> bool:
+    # Past 2^32 numbers JAX's counters need their high word: left to jax.random.
+    small = int(np.prod(shape, dtype=np.int64)) < 2**32
+    threefry = _is_threefry(key) and key.shape == () and _partitionable()
+    return threefry and small and dtype == jnp.float32
+
+
+def _partitionable() -> bool:
+    # A JAX without the flag has only the partitionable mode.
+    return getattr(jax.config, "jax_threefry_partitionable", True)
 
 
 def _bits32(key: PRNGKeyArray, shape: tuple[int, ...]) -> UInt32[Array, "..."]:
-    """`jax.random.bits(key, shape)`: the hash of the flat index (high word 0, as long as
-    the draw has fewer than 2^32 numbers), the two output words xor-ed."""
-    size = int(np.prod(shape, dtype=np.int64))
-    if size >= 2**32:
-        raise ValueError(f"a draw of {size} numbers from one key is more than 2^32")
-    low = jnp.arange(size, dtype=jnp.uint32)
-    a, b = threefry2x32(jax.random.key_data(key), jnp.zeros_like(low), low)
+    """`jax.random.bits(key, shape)`: the hash of the flat index, the two words xor-ed."""
+    a, b = _hash_counters(key, jnp.arange(int(np.prod(shape)), dtype=jnp.uint32))
     return (a ^ b).reshape(shape)
 
 
 def _counter_keys(key: PRNGKeyArray, low: UInt32[Array, " n"]) -> PRNGKeyArray:
     """The keys `jax.random` derives from `key` for the 32-bit counters `low`: the hash of
     each counter pair (high word 0, low word), one key per counter."""
-    a, b = threefry2x32(jax.random.key_data(key), jnp.zeros_like(low), low)
+    a, b = _hash_counters(key, low)
     return jax.random.wrap_key_data(jnp.stack([a, b], axis=-1), impl=jax.random.key_impl(key))
+
+
+def _hash_counters(
+    key: PRNGKeyArray, low: UInt32[Array, " n"]
+) -> tuple[UInt32[Array, " n"], UInt32[Array, " n"]]:
+    """The hash of the 64-bit counters with high word 0 and low word `low`, as JAX does."""
+    return threefry2x32(jax.random.key_data(key), jnp.zeros_like(low), low)
 
 
 def _is_threefry(key: PRNGKeyArray) -> bool:
