@@ -584,24 +584,26 @@ class WindowAdaptation(Adaptation):
         """The pooled window estimate (every healthy chain's draws), shrunk like Stan's."""
         n = enn.chain_sum(c.count)
         s1, s2 = enn.chain_sum(c.sum1), enn.chain_sum(c.sum2)
-        mean = s1 / jnp.maximum(n, 1.0)
+        # Multiplies by one reciprocal, not divisions per entry, each product rounded: XLA:CPU
+        # may turn divisions into reciprocal multiplies, or a multiply and an add into one
+        # FMA, in one program and not another (the number of chains per device changes it).
+        inv_n = 1.0 / jnp.maximum(n, 1.0)
+        mean = enn.rounded(s1 * inv_n)
+        shrink = n / (n + _REGULARIZE)
+        floor = 1e-3 * (_REGULARIZE / (n + _REGULARIZE))
         if metric == "dense":
-            cov = s2 / jnp.maximum(n, 1.0) - enn.rounded(mean[:, None] * mean[None, :])
+            cov = enn.rounded(s2 * inv_n) - enn.rounded(mean[:, None] * mean[None, :])
             cov = 0.5 * (cov + cov.T)
             eye = jnp.eye(cov.shape[0], dtype=cov.dtype)
-            new = (n / (n + _REGULARIZE)) * cov + 1e-3 * (_REGULARIZE / (n + _REGULARIZE)) * eye
+            new = enn.rounded(shrink * cov) + enn.rounded(floor * eye)
             ok = jnp.all(jnp.isfinite(new)) & jnp.all(jnp.diagonal(new) > 0) & (n > 1)
         else:
-            var = s2 / jnp.maximum(n, 1.0) - enn.rounded(mean * mean)
+            var = enn.rounded(s2 * inv_n) - enn.rounded(mean * mean)
             if metric == "gradient":  # sqrt(Var[x] / Var[grad]): exact for any Gaussian's
-                # A multiply by one reciprocal, not a division per entry: XLA:CPU may turn
-                # the divisions into reciprocal multiplies in one program and not another.
-                inv_n = 1.0 / jnp.maximum(n, 1.0)
-                g1, g2 = enn.chain_sum(c.gsum1), enn.chain_sum(c.gsum2)
-                g_mean = enn.rounded(g1 * inv_n)
-                g_var = enn.rounded(g2 * inv_n) - enn.rounded(g_mean * g_mean)
+                g_mean = enn.rounded(enn.chain_sum(c.gsum1) * inv_n)
+                g_var = enn.rounded(enn.chain_sum(c.gsum2) * inv_n) - enn.rounded(g_mean * g_mean)
                 var = jnp.sqrt(var / g_var)
-            new = (n / (n + _REGULARIZE)) * var + 1e-3 * (_REGULARIZE / (n + _REGULARIZE))
+            new = enn.rounded(shrink * var) + floor
             ok = jnp.all(jnp.isfinite(new)) & jnp.all(new > 0) & (n > 1)
         return eqx.tree_at(
             lambda c: c.metric, c, jnp.where(ok, new.astype(c.metric.dtype), c.metric)

@@ -159,13 +159,24 @@ def leapfrog(
         else (jnp.asarray(logdensity))
     )
 
-    def one_step(_: Int[Array, ""], carry: tuple) -> tuple:
-        x, p, _logp, g = carry
-        p = p + 0.5 * step_size * g
-        x = x + step_size * velocity(p, inverse_mass_matrix)
-        logp, g = logdensity_and_grad(x)
-        logp, g = logp.astype(logp0.dtype), g.astype(grad.dtype)  # keep the loop carry types
-        p = p + 0.5 * step_size * g
-        return x, p, logp, g
+    def full_step(_: Int[Array, ""], carry: tuple) -> tuple:
+        # Between two drifts the two half kicks are one kick with the gradient there, so
+        # the loop carries only (x, p): on a cheap gradient, each carried array costs one
+        # kernel, and the gradient itself fuses into the kick.
+        x, p = carry
+        p = p + step_size * logdensity_and_grad(x)[1].astype(grad.dtype)
+        return x + step_size * velocity(p, inverse_mass_matrix), p
 
-    return lax.fori_loop(0, num_steps, one_step, (position, momentum, logp0, grad))
+    def trajectory(n: Int[Array, ""] | int) -> tuple:
+        p = momentum + 0.5 * step_size * grad
+        x = position + step_size * velocity(p, inverse_mass_matrix)
+        x, p = lax.fori_loop(0, n - 1, full_step, (x, p))
+        logp, g = logdensity_and_grad(x)
+        logp, g = logp.astype(logp0.dtype), g.astype(grad.dtype)
+        return x, p + 0.5 * step_size * g, logp, g
+
+    start = (position, momentum, logp0, grad)
+    if isinstance(num_steps, int):
+        return trajectory(num_steps) if num_steps > 0 else start
+    end = trajectory(jnp.maximum(num_steps, 1))
+    return tuple(jnp.where(num_steps > 0, a, b) for a, b in zip(end, start, strict=True))

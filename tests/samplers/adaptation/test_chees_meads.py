@@ -296,9 +296,14 @@ def test_non_finite_starting_chains_are_excluded_counted_and_restarted(
     """Before the fix, one such chain made ChEES return step_size 0 and T = NaN (its
     acceptance 0 entered the harmonic mean) and inflated a MEADS fold's variance ~10x,
     with num_excluded 0. Now: counted, restarted, and the tuned hyperparameters are within
-    25 % (ChEES' step size; 2.5x its trajectory length) or a factor 2 (MEADS: 10-chain
-    fold variances, ~45 % standard error) of the run without bad chains; every chain
-    samples (b² of 40 chains x 100 draws ~ 0.005-0.01; 0.05 catches a frozen chain)."""
+    2.5x (ChEES' step size and trajectory length) or a factor 2 (MEADS: 10-chain fold
+    variances, ~45 % standard error) of the run without bad chains; every chain samples
+    (b² of 40 chains x 100 draws ~ 0.005-0.01; 0.05 catches a frozen chain).
+
+    ChEES' bound is 3 standard deviations of the log ratio, measured over keys 0-9 (1 bad
+    chain, -inf): sd 0.32, ratios 0.54-1.28 (after 100 ChEES steps of 40 chains the step
+    size's own log has sd 0.19 over keys); a 25 % bound held for one set of bits only. The
+    bug it guards against gave a step size of 0 and T = NaN."""
     clean = _small_run(scheme, value, 0, explicit_mesh)
     result = _small_run(scheme, value, num_bad, explicit_mesh)
     assert int(clean.adaptation_info.num_excluded) == 0
@@ -307,7 +312,7 @@ def test_non_finite_starting_chains_are_excluded_counted_and_restarted(
     assert _leaves_finite(result.sampler)
     if scheme == "chees":
         ratio = float(result.sampler.step_size) / float(clean.sampler.step_size)
-        assert 0.75 < ratio < 1.33, ratio
+        assert 0.4 < ratio < 2.5, ratio
         # ChEES's trajectory length after 100 Adam steps depends on the start more (with
         # these keys 4 restarted chains, copies of healthy ones, give 0.6x the clean T).
         ratio = _trajectory_length(result.sampler) / _trajectory_length(clean.sampler)

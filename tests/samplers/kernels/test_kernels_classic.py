@@ -219,6 +219,33 @@ def test_leapfrog_is_reversible_second_order_and_mass_forms_agree():
     assert 3.0 < ratio < 5.0, ratio
 
 
+def test_leapfrog_counts_traced_per_chain_and_zero_steps():
+    """A traced count, different per chain under vmap (HMC's jitter), gives each chain what
+    its own Python-int count gives; 0 steps returns the start, the given log-density
+    included; the loop carries position and momentum only (the gradient fuses into the
+    kick, and the log-density is computed once, at the end)."""
+    vg = value_and_grad(quartic)
+    x = jnp.array([0.5, -1.0, 0.3])
+    p = jnp.array([1.0, 0.2, -0.7])
+    logp, grad = vg(x)
+    counts = jnp.array([0, 1, 2, 7])
+    batched = jax.jit(
+        jax.vmap(lambda n: integrators.leapfrog(vg, x, p, grad, 0.1, 1.0, n, logdensity=logp))
+    )(counts)
+    for i, n in enumerate(counts.tolist()):
+        alone = integrators.leapfrog(vg, x, p, grad, 0.1, 1.0, n, logdensity=logp)
+        for got, want in zip(batched, alone, strict=True):
+            np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(batched[0][0], x)
+    assert float(batched[2][0]) == float(logp)
+    _, g = vg(batched[0][3])
+    np.testing.assert_allclose(batched[3][3], g, rtol=1e-6)
+    jaxpr = jax.make_jaxpr(lambda: integrators.leapfrog(vg, x, p, grad, 0.1, 1.0, 10))()
+    (loop,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("scan", "while")]
+    carried = [v for v in loop.outvars if v.aval.shape == (3,)]
+    assert len(carried) == 2, loop
+
+
 @pytest.mark.parametrize("form", ["scalar", "diagonal", "dense"])
 def test_momentum_covariance_is_the_mass_matrix(form):
     inverse_mass = {"scalar": jnp.float32(0.25), "diagonal": jnp.diag(COV), "dense": COV}[form]
