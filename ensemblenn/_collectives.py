@@ -115,12 +115,17 @@ def _gather_devices(leaves: list, frame: EnsembleFrame, *, tiled: bool) -> list:
 def tree_sum(x: Array) -> Array:
     """Sum over axis 0 in a balanced binary tree: pairs (0,1), (2,3), ... then pairs of
     pairs. Pads with zeros to a power of two. The order depends only on the length."""
-    n = x.shape[0]
-    size = 1 << max(n - 1, 0).bit_length()
-    if size != n:
-        x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
+    # Two levels at a time, as a reshape and unit slices (XLA:CPU vectorises these, not
+    # strided slices), each level padded only up to a multiple of 4: the zeros the full
+    # power-of-two padding would add meet the same nodes, so the bits are the same, and
+    # the (often long, fused) leaves are not padded.
     while x.shape[0] > 1:
-        x = x[0::2] + x[1::2]
+        width = 4 if x.shape[0] > 2 else 2
+        if x.shape[0] % width:
+            pad = jnp.zeros((width - x.shape[0] % width,) + x.shape[1:], x.dtype)
+            x = jnp.concatenate([x, pad])
+        q = x.reshape((-1, width) + x.shape[1:])
+        x = q[:, 0] + q[:, 1] if width == 2 else (q[:, 0] + q[:, 1]) + (q[:, 2] + q[:, 3])
     return x[0]
 
 
