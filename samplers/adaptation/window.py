@@ -584,9 +584,10 @@ class WindowAdaptation(Adaptation):
         """The pooled window estimate (every healthy chain's draws), shrunk like Stan's."""
         n = enn.chain_sum(c.count)
         s1, s2 = enn.chain_sum(c.sum1), enn.chain_sum(c.sum2)
-        # Multiplies by one reciprocal, not divisions per entry, each product rounded: XLA:CPU
-        # may turn divisions into reciprocal multiplies, or a multiply and an add into one
-        # FMA, in one program and not another (the number of chains per device changes it).
+        # Divides by n as a multiply by one reciprocal, and rounds each product that an
+        # addition follows: XLA:CPU may turn divisions into reciprocal multiplies, or a
+        # multiply and an add into one FMA, in one program and not another (the number of
+        # chains per device changes it).
         inv_n = 1.0 / jnp.maximum(n, 1.0)
         mean = enn.rounded(s1 * inv_n)
         shrink = n / (n + _REGULARIZE)

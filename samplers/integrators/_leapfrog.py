@@ -128,7 +128,9 @@ def leapfrog(
     """`num_steps` leapfrog (kick-drift-kick) steps of Hamiltonian dynamics.
 
     Each step costs one gradient: `grad` (the gradient of the log-density at `position`)
-    is carried along, so the caller never recomputes it. `num_steps` may be a traced
+    is given, so the first half kick needs none, and between two drifts the two half kicks
+    are one kick with the gradient there (the loop carries only position and momentum; the
+    log-density is evaluated once, at the end). `num_steps` may be a traced
     integer, different for each chain under `vmap` (a `while_loop` then runs until the
     longest trajectory is done, the shorter ones standing still).
 
