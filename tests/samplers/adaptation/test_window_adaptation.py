@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 import ensemblenn as enn
 import samplers
@@ -142,25 +143,52 @@ def test_kernels_it_cannot_tune_raise_before_running(auto_mesh):
 # -- the tuned step size: a fit of acceptance against step size ----------------------------
 
 
-def _logistic(log_eps, a=0.5, b=-4.0):
-    return 1.0 / (1.0 + np.exp(-(a + b * log_eps)))
+def _optimal_scaling_curve(log_eps, a=-0.5, b=3.0):
+    """`2 Phi(-exp(a + b log h))`: the high-dimensional limit of an adjusted kernel's
+    acceptance (b = 3 MALA, 2 HMC, 1 random walk)."""
+    return 2.0 * scipy.stats.norm.cdf(-np.exp(a + b * log_eps))
 
 
-@pytest.mark.parametrize("target", [0.574, 0.8, 0.9])
-def test_step_size_fit_solves_an_exact_logistic_curve(target):
-    """Iterates that swing across the cliff (their mean acceptance is not the acceptance at
-    their mean step size): the fit still lands on the step size that reaches the target."""
+def _exact_step_size(target, a=-0.5, b=3.0):
+    return np.exp((np.log(-scipy.stats.norm.ppf(target / 2)) - a) / b)
+
+
+@pytest.mark.parametrize("slope", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("target", [0.234, 0.574, 0.8, 0.9])
+def test_step_size_fit_solves_the_optimal_scaling_curve(target, slope):
+    """Iterates that swing across the cliff: the fit lands on the step size that reaches
+    the target, for the random walk's, HMC's and MALA's curve alike."""
     from samplers.adaptation.window import _step_size_for_target
 
-    log_eps = np.log(np.array([0.3, 1.2, 0.5, 0.9, 0.35, 1.1, 0.7, 0.8, 0.6, 1.0]))
-    acc = _logistic(log_eps)
+    exact = _exact_step_size(target, b=slope)
+    log_eps = np.log(exact) + np.array([-0.5, 0.4, -0.3, 0.2, -0.45, 0.35, 0.0, 0.1, -0.1, 0.3])
+    acc = _optimal_scaling_curve(log_eps, b=slope)
     got = _step_size_for_target(
         jnp.asarray(np.exp(log_eps), jnp.float32), jnp.asarray(acc, jnp.float32), target, 1.0
     )
-    exact = np.exp((np.log(target / (1 - target)) - 0.5) / -4.0)
-    np.testing.assert_allclose(float(got), exact, rtol=1e-4)
-    if target == 0.574:  # the old rule, the iterates' geometric mean (0.68), misses MALA's
-        assert abs(float(np.exp(log_eps.mean())) - exact) > 0.3 * exact
+    np.testing.assert_allclose(float(got), exact, rtol=1e-3)
+
+
+def test_step_size_fit_beats_a_logit_fit_on_the_mala_curve():
+    """The misspecified model this fit replaced: a weighted logit fit of the same MALA
+    iterates (spread 0.3 in log h) lands the acceptance ~0.02 above the target."""
+    from samplers.adaptation.window import _step_size_for_target
+
+    target = 0.574
+    exact = _exact_step_size(target)
+    log_eps = np.log(exact) + 0.3 * np.random.default_rng(0).standard_normal(400)
+    acc = _optimal_scaling_curve(log_eps)
+    got = float(
+        _step_size_for_target(
+            jnp.asarray(np.exp(log_eps), jnp.float32), jnp.asarray(acc, jnp.float32), target, 1.0
+        )
+    )
+    np.testing.assert_allclose(got, exact, rtol=1e-3)
+    z = np.log(acc / (1 - acc))
+    w = np.exp(-0.5 * (z - np.log(target / (1 - target))) ** 2)
+    slope, intercept = np.polyfit(log_eps, z, 1, w=np.sqrt(w))
+    logit_fit = np.exp((np.log(target / (1 - target)) - intercept) / slope)
+    assert _optimal_scaling_curve(np.log(logit_fit)) - target > 0.01
 
 
 def test_step_size_fit_is_local_to_the_target():
@@ -168,14 +196,14 @@ def test_step_size_fit_is_local_to_the_target():
     steps that accepted almost always at a large step size barely count."""
     from samplers.adaptation.window import _step_size_for_target
 
-    log_eps = np.log(np.linspace(0.4, 0.9, 12))
-    acc = _logistic(log_eps)
-    far = np.log(np.array([2.0, 2.1, 2.2])), np.array([0.995, 0.99, 0.995])
+    exact = _exact_step_size(0.8, b=2.0)
+    log_eps = np.log(exact) + np.linspace(-0.4, 0.4, 12)
+    acc = _optimal_scaling_curve(log_eps, b=2.0)
+    far = np.log(np.array([3.0, 3.1, 3.2]) * exact), np.array([0.995, 0.99, 0.995])
     eps = np.exp(np.concatenate([log_eps, far[0]]))
     got = _step_size_for_target(
         jnp.asarray(eps, jnp.float32), jnp.asarray(np.concatenate([acc, far[1]])), 0.8, 1.0
     )
-    exact = np.exp((np.log(0.8 / 0.2) - 0.5) / -4.0)
     np.testing.assert_allclose(float(got), exact, rtol=0.02)
 
 
@@ -369,16 +397,12 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     Gaussian, 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
     metric like HMC, so on the 100-d Gaussian every kernel's adapted metric is within
     [0.7, 1.4] of the variances. The ensemble acceptance is within 0.05 of the kernel's
-    default target (0.8 HMC and NUTS, 0.574 MALA; measured 0.778, 0.798 and 0.620 on the
-    Gaussian, 0.823, 0.795 and 0.605 on the regression: the tuned step size is where the
-    final buffer's acceptance-step-size fit reaches the target; the geometric mean of its
-    iterates gave MALA 0.74), except MALA on the Gaussian: 0.06. Over 6 keys (300 sampling
-    steps) MALA's acceptance there is 0.605 on average, sd 0.013, 0.586 to 0.624: a
-    systematic +0.03 above the target (not from the fit's weighting: weighting by the
-    fitted instead of the observed acceptance moved it by < 0.005) plus the spread of the
-    tuned step size (acceptance changes ~0.95 per unit log step size); this key reads
-    0.624 since the leapfrog/metric-update change of 2026-12-03 (0.620 before). The
-    offset is an open item (see the closing note), the bound says what holds.
+    default target (0.8 HMC and NUTS, 0.574 MALA): the tuned step size is where the
+    final buffer's fit of `log(-Phi^-1(acceptance / 2))` against the log step size
+    reaches the target. Over keys 0-7 (`tests/programs/window_acceptance.py`, 300
+    sampling steps) the mean acceptance was MALA 0.573 on the Gaussian and 0.571 on the
+    regression, HMC 0.777 and 0.829, sd over keys 0.01-0.02; a logit fit, used before,
+    gave MALA 0.605 and 0.617 (HMC 0.775 and 0.838).
     """
     if target_name == "gaussian":
         target = samplers.targets.IllConditionedGaussian(dim=100, condition_number=100.0)
@@ -406,8 +430,7 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     assert grads <= budget, grads
     assert float(result.diagnostics.bias_squared_max) < 0.01
     acceptance = float(jnp.mean(result.acceptance_rate))
-    tolerance = 0.06 if (kernel_name, target_name) == ("mala", "gaussian") else 0.05
-    assert abs(acceptance - goal) < tolerance, acceptance
+    assert abs(acceptance - goal) < 0.05, acceptance
     assert int(info.num_excluded) == 0 and int(info.num_restarted) == 0
     if target_name == "gaussian":
         ratio = np.asarray(result.sampler.inverse_mass_matrix) / np.asarray(target.variances)

@@ -103,17 +103,24 @@ def test_normal_and_uniform_are_jax_randoms_numbers():
     uniforms are bit for bit; the normals apply JAX's own `erf_inv` to those same uniforms,
     whose last bits can depend on how XLA fuses it (seen: up to 3 ulp on one batched shape
     with the newest JAX on CPU), so they are allowed 4 ulp. A JAX release that changes
-    `jax.random`'s bits or transform fails here."""
+    `jax.random`'s bits or transform fails here. (Every shape in one compiled program per
+    side, as the kernels call them: shape by shape, op by op, this took a minute.)"""
     keys = jax.random.split(jax.random.key(20261203), 64)
-    for shape in [(), (1,), (5,), (100,), (3, 7), (2, 3, 4)]:
-        for ours, theirs, ulp in [
-            (tf.normal, jax.random.normal, 4),
-            (tf.uniform, jax.random.uniform, 0),
-        ]:
-            got, want = ours(keys[5], shape), theirs(keys[5], shape)
-            batched = jax.jit(jax.vmap(lambda k, s=shape, f=ours: f(k, s)))(keys)
-            reference = jax.jit(jax.vmap(lambda k, s=shape, f=theirs: f(k, s)))(keys)
-            for a, b in [(got, want), (batched, reference)]:
+    shapes = [(), (1,), (5,), (100,), (3, 7), (2, 3, 4)]
+    for ours, theirs, ulp in [
+        (tf.normal, jax.random.normal, 4),
+        (tf.uniform, jax.random.uniform, 0),
+    ]:
+
+        def every_shape(key, f):
+            return [f(key, shape) for shape in shapes]
+
+        single = jax.jit(every_shape, static_argnums=1)
+        batched = jax.jit(jax.vmap(every_shape, in_axes=(0, None)), static_argnums=1)
+        pairs = [(single(keys[5], ours), single(keys[5], theirs))]
+        pairs.append((batched(keys, ours), batched(keys, theirs)))
+        for got, want in pairs:
+            for shape, a, b in zip(shapes, got, want, strict=True):
                 a, b = _bits(a).astype(np.int64), _bits(b).astype(np.int64)
                 assert np.abs(a - b).max(initial=0) <= ulp, (shape, ours.__name__)
 
