@@ -67,15 +67,15 @@ def _child(args: argparse.Namespace) -> None:
     if args.cache_dir:
         samplers.enable_compilation_cache(args.cache_dir)
     args.targets, args.early_stop = "gauss100", False
-    s = laps._sizes(args)
-    target = laps._targets(args, s)["gauss100"]
+    s = laps.sizes(args)
+    target = laps.targets(args, s)["gauss100"]
     logdensity = closed_over_logdensity(target)
     mesh = mesh_for(args.num_devices)
     with clock() as c:
         if args.child == "ensemblenn":
-            laps._run_ours(target, logdensity, s, args, mesh)
+            laps.run_ours(target, logdensity, s, args, mesh)
         else:
-            laps._blackjax(target, logdensity, s, args, mesh, calls=1)
+            laps.run_blackjax(target, logdensity, s, args, mesh, calls=1)
     print(json.dumps({"child": args.child, "wall": c.wall, "compile_s": c.compile_s}))
 
 
@@ -91,6 +91,8 @@ def _spawn(args: argparse.Namespace, impl: str, cache: str | None) -> dict:
     if cache is not None:
         command += ["--cache-dir", cache]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # A cache from the environment (the test suite sets one) would make "cold" warm.
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{impl} child failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         impls.append("blackjax")
     elif not args.skip_peer:
         emit(skipped(BENCH, "blackjax", "blackjax", devices=args.num_devices), records)
-    chains = laps._sizes(args)["chains"]
+    chains = laps.sizes(args)["chains"]
     timings: dict[tuple[str, str], list[dict]] = {
         (i, c): [] for i in impls for c in ("cold", "warm")
     }

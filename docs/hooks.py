@@ -34,7 +34,8 @@ def on_startup(**kwargs) -> None:  # noqa: ARG001 - mkdocs hook signature
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["MPLBACKEND"] = "Agg"
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={NUM_DEVICES}"
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / "build" / "docs-jax-cache"))
+    # The folder tests/test_docs.py gives the pages too (also when the test suite builds).
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(ROOT / "build" / "docs-jax-cache")
     _capture_stdout()
 
 

@@ -258,9 +258,10 @@ _RUNNER = (
 def _page_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the page sets it
     env.update(JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
-    # The cache docs/hooks.py gives the docs build: a build after the tests (CI) then loads
-    # the pages' programs instead of compiling them again.
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / "build" / "docs-jax-cache"))
+    # The cache docs/hooks.py gives the docs build (not the suite's own, which conftest.py
+    # sets): a build after the tests (CI) then loads the pages' programs instead of
+    # compiling them again.
+    env["JAX_COMPILATION_CACHE_DIR"] = str(ROOT / "build" / "docs-jax-cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
 

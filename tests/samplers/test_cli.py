@@ -133,7 +133,9 @@ def _interrupt(args, ready):
     return process.returncode, out, err
 
 
-LONG = ["--target", "gaussian", "--dim", "20", "--chains", "16", "--steps", "1000000",
+# About two minutes of sampling (~10 us per step): long after the 20 s at which the test
+# without a checkpoint interrupts, even when every program comes from the compilation cache.
+LONG = ["--target", "gaussian", "--dim", "20", "--chains", "16", "--steps", "10000000",
         "--warmup", "0", "--sampler", "mala", "--devices", "2", "--no-progress",
         "--no-cache"]  # fmt: skip
 
