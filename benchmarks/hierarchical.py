@@ -191,10 +191,12 @@ def run(args: argparse.Namespace) -> list[dict]:
         iid_floor_b2_mean=floor_mean,
     )
     mesh = mesh_for(args.num_devices)
-    sides = [("ensemblenn", laps._ours)]
+    sides = [("ensemblenn", laps.ours)]
     if not args.skip_peer:
         if have("blackjax"):
-            sides.append(("blackjax", lambda *a: laps._blackjax(*a, calls=1 if args.smoke else 2)))
+            sides.append(
+                ("blackjax", lambda *a: laps.run_blackjax(*a, calls=1 if args.smoke else 2))
+            )
         else:
             emit(skipped(BENCH, "blackjax", "blackjax"), records)
     for impl, side in sides:

@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-peer", action="store_true", help="run our side only")
 
 
-def _sizes(args: argparse.Namespace) -> dict:
+def sizes(args: argparse.Namespace) -> dict:
     if args.smoke:
         base = dict(chains=16, n1=20, n_adjusted=6, dim=6, data=100, features=4, draws=20_000)
     elif args.full:
@@ -109,7 +109,7 @@ def _sizes(args: argparse.Namespace) -> dict:
     return base
 
 
-def _targets(args: argparse.Namespace, s: dict) -> dict[str, Any]:
+def targets(args: argparse.Namespace, s: dict) -> dict[str, Any]:
     out = {}
     names = args.targets or ("gauss100" if args.smoke else "gauss100,logreg50")
     for name in names.split(","):
@@ -123,7 +123,7 @@ def _targets(args: argparse.Namespace, s: dict) -> dict[str, Any]:
     return out
 
 
-def _run_ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any) -> Any:
+def run_ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any) -> Any:
     """One `samplers.run` with LAPS: half the adjusted steps tune, half sample."""
     n_adapt = s["n_adjusted"] // 2
     laps = samplers.LAPS(
@@ -147,12 +147,12 @@ def _run_ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, m
     return jax.block_until_ready(result)
 
 
-def _ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any) -> dict:
+def ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any) -> dict:
     n_samples = s["n_adjusted"] - s["n_adjusted"] // 2
     with clock() as first:
-        _run_ours(target, logdensity, s, args, mesh)
+        run_ours(target, logdensity, s, args, mesh)
     with clock() as second:
-        result = _run_ours(target, logdensity, s, args, mesh)
+        result = run_ours(target, logdensity, s, args, mesh)
     info = result.adaptation_info
     adapt_grads = float(info.num_grads)
     sample_grads = np.asarray(result.num_grads, float).mean()
@@ -184,7 +184,7 @@ def _ours(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh:
     )
 
 
-def _blackjax(
+def run_blackjax(
     target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any, calls: int = 2
 ) -> dict:
     from blackjax.adaptation.laps import laps
@@ -252,11 +252,11 @@ def _blackjax(
 
 def run(args: argparse.Namespace) -> list[dict]:
     print_machine(BENCH)
-    s = _sizes(args)
+    s = sizes(args)
     n = args.num_devices
     records: list[dict] = []
     peer = have("blackjax") and not args.skip_peer
-    for name, target in _targets(args, s).items():
+    for name, target in targets(args, s).items():
         logdensity = closed_over_logdensity(target)
         floor_max, floor_mean = iid_floor(target.reference, s["chains"])
         common = dict(
@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if explicit:
                     row.update(_ours_once(target, logdensity, s, args, mesh))
                 else:
-                    row.update(_ours(target, logdensity, s, args, mesh))
+                    row.update(ours(target, logdensity, s, args, mesh))
             except Exception as err:  # noqa: BLE001 - reported as a row
                 row.update(status="error", error=error_text(err))
             emit(row, records)
@@ -302,12 +302,14 @@ def run(args: argparse.Namespace) -> list[dict]:
             try:
                 if explicit:
                     with clock() as c:
-                        _blackjax(target, logdensity, s, args, mesh, calls=1)
+                        run_blackjax(target, logdensity, s, args, mesh, calls=1)
                     row.update(first_call_s=c.wall, note="ran (unexpected)")
                 else:
                     # --smoke: one call (compile_s then includes the run; saves a compile)
                     row.update(
-                        _blackjax(target, logdensity, s, args, mesh, calls=1 if args.smoke else 2)
+                        run_blackjax(
+                            target, logdensity, s, args, mesh, calls=1 if args.smoke else 2
+                        )
                     )
             except Exception as err:  # noqa: BLE001 - the Explicit crash is the result
                 row.update(
@@ -323,7 +325,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 def _ours_once(target: Any, logdensity: Any, s: dict, args: argparse.Namespace, mesh: Any) -> dict:
     """Ours on an Explicit mesh: one call (it works; its numbers equal the Auto row's)."""
     with clock() as c:
-        result = _run_ours(target, logdensity, s, args, mesh)
+        result = run_ours(target, logdensity, s, args, mesh)
     bias = np.asarray(result.bias_history)
     total = float(result.adaptation_info.num_grads) + float(np.mean(result.num_grads))
     return dict(
