@@ -12,7 +12,7 @@ import sys
 import time
 import warnings
 
-from ._cli_kernels import FIXED_DIM, SAMPLERS, TARGETS
+from ._cli_kernels import FIXED_DIM, METRICS, SAMPLERS, TARGETS
 
 EXIT_ERROR, EXIT_NOT_CONVERGED, EXIT_INTERRUPTED = 2, 1, 130
 
@@ -124,21 +124,27 @@ def superchain_size(args: argparse.Namespace) -> int | None:
 
 
 def _check_metric(args: argparse.Namespace) -> str | None:
-    """`--metric` for a sampler that cannot take it."""
-    if args.metric == "dense" and args.sampler in ("rwm", "adjusted-mclmc"):
-        return (
-            f"--metric dense: --sampler {args.sampler} takes a diagonal metric only; fix: "
-            "--metric diagonal (or auto), or --sampler hmc/nuts/mala/ghmc"
-        )
-    if args.metric == "gradient" and args.sampler == "rwm":
-        return (
-            "--metric gradient: --sampler rwm computes no gradients; fix: --metric diagonal "
-            "(or auto)"
-        )
-    if args.metric != "auto" and args.sampler in ("mclmc", "laps") and args.adaptation == "default":
+    """`--metric` for a sampler that cannot take it (`METRICS`)."""
+    allowed = METRICS[args.sampler]
+    if args.metric == "auto" or args.metric in allowed:
+        return None
+    if not allowed:
+        if args.adaptation != "default":
+            return None  # no tuning at all: the metric is not used
         return (
             f"--metric {args.metric}: --sampler {args.sampler} is tuned by LAPS's own rules, "
             "not WindowAdaptation; fix: leave --metric at auto"
+        )
+    if args.metric == "dense":
+        dense = "/".join(name for name, metrics in METRICS.items() if "dense" in metrics)
+        return (
+            f"--metric dense: --sampler {args.sampler} takes a diagonal metric only; fix: "
+            f"--metric diagonal (or auto), or --sampler {dense}"
+        )
+    if args.metric == "gradient":
+        return (
+            f"--metric gradient: --sampler {args.sampler} computes no gradients; fix: "
+            "--metric diagonal (or auto)"
         )
     return None
 

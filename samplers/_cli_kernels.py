@@ -32,8 +32,7 @@ from jaxtyping import Array, Float, Int
 import ensemblenn as enn
 
 from . import targets
-from .adaptation import LAPS, Adaptation
-from .adaptation._bias_monitor import BiasMonitor, monitor_field
+from .adaptation import LAPS, Adaptation, BiasMonitor, monitor_field
 from .kernels import MCLMC, Sampler
 
 TARGETS = {
@@ -46,6 +45,20 @@ TARGETS = {
     "logistic": "Bayesian logistic regression, 1000 synthetic points, N(0, I) prior",
 }
 SAMPLERS = ("rwm", "mala", "hmc", "ghmc", "nuts", "mclmc", "adjusted-mclmc", "laps")
+# The WindowAdaptation metrics each --sampler can take (besides "auto" and "none"): rwm
+# computes no gradients, rwm and adjusted-mclmc take no dense metric, and mclmc and laps
+# are tuned by LAPS's own rules.
+METRICS = {
+    "rwm": ("diagonal",),
+    "mala": ("diagonal", "dense", "gradient"),
+    "hmc": ("diagonal", "dense", "gradient"),
+    "ghmc": ("diagonal", "dense", "gradient"),
+    "nuts": ("diagonal", "dense", "gradient"),
+    "mclmc": (),
+    "adjusted-mclmc": ("diagonal", "gradient"),
+    "laps": (),
+}
+ONE_STEP = ("mala", "ghmc")  # one gradient step per transition: "auto" gives them dense
 FIXED_DIM = {"banana": 2}  # targets whose dimension cannot be chosen
 
 
@@ -127,9 +140,8 @@ def metric_for(name: str, metric: str, dim: int) -> str | None:
         # them slowed by every correlation; hmc's fixed 10-step path is hurt more by a 100-d
         # covariance estimate's noise than helped (measured: nested R-hat 1.029 dense vs
         # 1.003 diagonal on the 100-d gaussian), and nuts does well with either.
-        one_step = name in ("mala", "ghmc")
-        return "dense" if one_step and dim <= DENSE_UP_TO else "diagonal"
-    return metric  # --metric dense with rwm or adjusted-mclmc: refused by check_arguments
+        return "dense" if name in ONE_STEP and dim <= DENSE_UP_TO else "diagonal"
+    return metric  # one the sampler cannot take (METRICS): refused by check_arguments
 
 
 def make_sampler(

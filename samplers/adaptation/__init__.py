@@ -2,7 +2,7 @@
 
 from ._protocol import Adaptation
 from ._base import AdaptationInfo, EnsembleAdaptation, as_array, finite_chain_mean
-from ._bias_monitor import BiasMonitor
+from ._bias_monitor import BiasMonitor, monitor_field
 
 # --- LAPS ---
 from .laps import LAPS, LAPSInfo

@@ -113,5 +113,17 @@ def attach(adaptation: Any, monitor: BiasMonitor) -> Any:
 def monitor_field() -> Any:
     """The `bias_monitor` field of the adaptations that record b²: None unless the driver
     attaches one; keyword-only (subclasses keep their positional fields) and not part of
-    a checkpoint's fingerprint (it is not a setting)."""
+    a checkpoint's fingerprint (it is not a setting).
+
+    Example:
+        An adaptation of your own that records b² declares the field like this:
+
+        >>> import equinox as eqx
+        >>> from samplers.adaptation import BiasMonitor, monitor_field
+        >>> class MyTuning(eqx.Module):
+        ...     num_steps: int
+        ...     bias_monitor: BiasMonitor | None = monitor_field()
+        >>> MyTuning(100).bias_monitor is None
+        True
+    """
     return eqx.field(default=None, kw_only=True, metadata={"fingerprint": False})
