@@ -15,7 +15,7 @@ refresh) and a uniform for the accept test, from each chain's own key (`fold_in`
 step). The `draws` row times exactly that (a `lax.scan` of K per-chain `fold_in` + normal +
 uniform draws), and `ratio_with_draws` = step time / (grads per step * floor per gradient
 + draws per step): 1.0 would mean the kernel costs nothing beyond its gradients and draws.
-The kernels draw those very numbers (bit for bit) through `samplers._threefry`, whose
+The kernels draw those very numbers (bit for bit) through `samplers.random`, whose
 unrolled hash is cheaper on CPU than `jax.random`'s rolled loop: the `own draws` row times
 that, and `ratio_with_own_draws` uses it in place of the `draws` row.
 """
@@ -31,7 +31,6 @@ from jax.sharding import PartitionSpec as P
 
 import ensemblenn as enn
 import samplers
-from samplers import _threefry
 
 from ._common import emit, gaussian, logistic, mesh_for, print_machine
 from .overhead import interleaved
@@ -85,7 +84,7 @@ def kernels() -> dict[str, Any]:
 
 def _draws_scan(random: Any, sharded: NamedSharding, steps: int) -> Any:
     """A jitted scan of `steps` per-chain `fold_in` + normal + uniform draws from `random`
-    (`jax.random` or `samplers._threefry`: the same numbers)."""
+    (`jax.random` or `samplers.random`: the same numbers)."""
 
     def one(x: Any, key: Any, i: Any) -> Any:
         k = random.fold_in(key, i)
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         # The kernels' draws, from jax.random and from the kernels' own exact copy of it
         # (private to samplers: it is what the `own draws` row measures).
         draws = _draws_scan(jax.random, sharded, steps)
-        own_draws = _draws_scan(_threefry, sharded, steps)
+        own_draws = _draws_scan(samplers.random, sharded, steps)
 
         fns = {"floor": floor, "draws": draws, "own_draws": own_draws}
         call_args = {"floor": (target, x0), "draws": (x0, keys), "own_draws": (x0, keys)}

@@ -11,7 +11,7 @@ Example:
 """
 
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
-from . import targets
+from . import random, targets
 from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._errors import SamplerError, SamplerTypeError
 from .adaptation import (
@@ -140,5 +140,6 @@ __all__ = [
     "distributed",
     "ensembles",
     "integrators",
+    "random",
     "targets",
 ]

@@ -1,4 +1,5 @@
-"""Threefry-2x32, unrolled: `jax.random`'s keys, uniforms and normals, and per-walker uniforms.
+"""Threefry-2x32, unrolled: `jax.random`'s keys, uniforms and normals (public as
+`samplers.random`), and per-walker uniforms.
 
 `jax.random` lowers Threefry on CPU as a rolled loop of five iterations, whose fixed cost
 per iteration dominates when a step needs a few numbers for each of a few hundred chains
@@ -48,9 +49,9 @@ def fold_in(key: PRNGKeyArray, data: int | Array) -> PRNGKeyArray:
     (a key of another implementation goes to `jax.random.fold_in`).
 
     Example:
-        >>> import jax, numpy as np, samplers._threefry as tf
+        >>> import jax, numpy as np, samplers
         >>> key = jax.random.key(0)
-        >>> mine, theirs = tf.fold_in(key, 7), jax.random.fold_in(key, 7)
+        >>> mine, theirs = samplers.random.fold_in(key, 7), jax.random.fold_in(key, 7)
         >>> bool(np.array_equal(jax.random.key_data(mine), jax.random.key_data(theirs)))
         True
     """
@@ -66,9 +67,9 @@ def split(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
     `fold_in(key, i)`); anything else goes to `jax.random.split`.
 
     Example:
-        >>> import jax, numpy as np, samplers._threefry as tf
+        >>> import jax, numpy as np, samplers
         >>> key = jax.random.key(0)
-        >>> mine, theirs = tf.split(key, 3), jax.random.split(key, 3)
+        >>> mine, theirs = samplers.random.split(key, 3), jax.random.split(key, 3)
         >>> bool(np.array_equal(jax.random.key_data(mine), jax.random.key_data(theirs)))
         True
     """
@@ -84,9 +85,10 @@ def uniform(
     for a float32 draw from a Threefry key (anything else goes to `jax.random`).
 
     Example:
-        >>> import jax, numpy as np, samplers._threefry as tf
+        >>> import jax, numpy as np, samplers
         >>> key = jax.random.key(3)
-        >>> bool(np.array_equal(tf.uniform(key, (5,)), jax.random.uniform(key, (5,))))
+        >>> mine = samplers.random.uniform(key, (5,))
+        >>> bool(np.array_equal(mine, jax.random.uniform(key, (5,))))
         True
     """
     if not _draws_here(key, shape, dtype):
@@ -107,9 +109,10 @@ def normal(
     the chain's key, as before.
 
     Example:
-        >>> import jax, numpy as np, samplers._threefry as tf
+        >>> import jax, numpy as np, samplers
         >>> key = jax.random.key(3)
-        >>> bool(np.array_equal(tf.normal(key, (5,)), jax.random.normal(key, (5,))))
+        >>> mine = samplers.random.normal(key, (5,))
+        >>> bool(np.array_equal(mine, jax.random.normal(key, (5,))))
         True
     """
     if not _draws_here(key, shape, dtype):
