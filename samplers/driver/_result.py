@@ -258,11 +258,17 @@ class Result(eqx.Module):
         devices = _device_count(self.acceptance_rate)
         adapted = getattr(self.adaptation_info, "num_grads", None)
         adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
+        # An adaptation replaces the warmup (the CLI's --warmup becomes its steps): say so
+        # rather than print "0 warmup" after a tuned run.
+        adapted_run = self.adaptation_info is not None
+        phases = ["adaptation"] if adapted_run else []
+        if self.num_warmup or not adapted_run:
+            phases.append(f"{self.num_warmup} warmup")
         lines = [
             *self.verdict.lines(),
-            f"{self.num_chains} chains on {devices} device(s), {self.num_warmup} warmup + "
-            f"{self.num_steps} steps, {float(jnp.mean(self.num_grads)):.0f} grads/chain"
-            f"{adapting}",
+            f"{self.num_chains} chains on {devices} device(s), "
+            f"{' + '.join([*phases, f'{self.num_steps} steps'])}, "
+            f"{float(jnp.mean(self.num_grads)):.0f} grads/chain{adapting}",
             f"acceptance {float(jnp.mean(self.acceptance_rate)):.3f}, divergent transitions "
             f"{int(jnp.sum(self.num_divergent))}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
             f"min ESS {float(np.nanmin(cols['ess'])):.0f}",

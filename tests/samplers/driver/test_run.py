@@ -1,5 +1,6 @@
 """The driver samplers.run: chunking, memory, tracing, device counts, progress, summary."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,19 @@ def test_thinned_trace_with_chunks_of_warmup_only(explicit_mesh):
     ]
     assert runs[0].trace.shape == (8, 4, 2)
     np.testing.assert_array_equal(np.asarray(runs[0].trace), np.asarray(runs[1].trace))
+
+
+def test_summary_run_line_names_the_adaptation_instead_of_zero_warmup():
+    """A tuned run's warmup is its adaptation: the line says so (with the gradients spent
+    adapting) rather than "0 warmup"; plain warmup steps still show as warmup."""
+
+    def run_line(**kwargs):
+        text = go(**kwargs).summary(print_it=False)
+        return next(line for line in text.splitlines() if "chains on" in line)
+
+    assert run_line().startswith("8 chains on 4 device(s), 10 warmup + 30 steps, 40 grads/chain")
+    tuned = run_line(num_warmup=0, adaptation=samplers.WindowAdaptation(num_steps=20))
+    # 20 adaptation steps, plus the gradients of the initial step-size search.
+    assert re.search(r", adaptation \+ 30 steps, 30 grads/chain \+ (2\d) adapting$", tuned)
+    both = run_line(adaptation=samplers.WindowAdaptation(num_steps=20))
+    assert re.search(r", adaptation \+ 10 warmup \+ 30 steps, 40 grads/chain \+ 2\d adapting", both)
