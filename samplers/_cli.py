@@ -21,6 +21,11 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
+# In a help text that states its default in words: an empty field that tells argparse's
+# defaults formatter not to append "(default: None)" after it.
+_DEFAULT_STATED = "%(default).0s"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one `error: ...` line (exit 2), like every error."""
 
@@ -48,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     add("--target", choices=tuple(TARGETS), default="gaussian", help="the distribution")
     add("--dim", type=int, default=None,
         help="target dimension (default: 100 gaussian, 36 rosenbrock, 20 funnel, 10 bimodal "
-        "and logistic; banana is 2-d)")  # fmt: skip
+        "and logistic; banana is 2-d)" + _DEFAULT_STATED)  # fmt: skip
     add("--sampler", choices=SAMPLERS, default="laps", help="the kernel")
     add("--adaptation", choices=("default", "none"), default="default",
         help="'default' tunes the kernel during --warmup (WindowAdaptation for "
@@ -71,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=0, help="seed of the initial positions and the run")
     add("--superchain-size", type=int, default=None, metavar="K",
         help="chains per superchain for nested R-hat (default: chains // 16 when that "
-        "divides, else chains // 8, else none); 0 turns nested R-hat off")  # fmt: skip
+        "divides, else chains // 8, else none); 0 turns nested R-hat off"
+        + _DEFAULT_STATED)  # fmt: skip
     add("--strict", action="store_true", help="exit with code 1 when the run is NOT CONVERGED")
     add("--out", default=None, metavar="DIR",
         help="folder for diagnostics.json and convergence.png (the plot needs matplotlib; "

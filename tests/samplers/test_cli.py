@@ -62,6 +62,9 @@ def test_the_help_shows_defaults_and_explains_flags():
         assert flag in text
     assert "(default: laps)" in text and "(default: 256)" in text and "WindowAdaptation" in text
     assert "nuts" in text and "Neal's funnel" in text  # samplers and targets explained
+    # Defaults stated in words are not followed by argparse's own "(default: None)".
+    assert "2-d) (default: 100" not in text and "bimodal and logistic; banana is 2-d) " in text
+    assert "(default: None)" not in text.split("--superchain-size K")[1].split("--strict")[0]
 
 
 def test_check_arguments_and_superchains_without_jax():
