@@ -108,8 +108,12 @@ def _step_size_for_target(
     solution = mean_x + (z_target - mean_z) / slope
     seen = jnp.where(finite, log_eps, jnp.nan)
     solution = jnp.clip(solution, jnp.nanmin(seen), jnp.nanmax(seen))
-    # z = log(-Phi^-1(p / 2)) rises as the acceptance falls: it must rise with the step.
-    ok = (slope > 0) & (sxx > 0) & jnp.isfinite(solution)
+    # z = log(-Phi^-1(p / 2)) rises as the acceptance falls: it must rise with the step,
+    # by more than rounding over the steps' spread (flat acceptances leave a slope of
+    # rounding noise, of either sign depending on the XLA version, that would send the
+    # solution to an end of the range).
+    rise = slope * jnp.sqrt(sxx / weight)
+    ok = (rise > 1e-4) & (sxx > 0) & jnp.isfinite(solution)
     return jnp.where(ok, jnp.exp(solution), fallback).astype(jnp.float32)
 
 
