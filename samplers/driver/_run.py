@@ -3,6 +3,7 @@ finalise; each phase is a function of its own module in this package."""
 
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
@@ -20,7 +21,7 @@ from ._loop import Sampled, chunk_loop, save
 from ._prepare import prepare
 from ._progress import Progress
 from ._result import Result
-from ._setup import make_setup
+from ._setup import Setup, make_setup
 from ._validate import (
     check_finite,
     check_inputs,
@@ -159,24 +160,41 @@ def run(
     def start(bar: Progress | None = None) -> tuple:
         return prepare(setup, sampler, adaptation, logdensity, positions, bar)
 
-    saved = store.restore(start, setup.run_keys) if store is not None else None
-    if saved is None:
-        at, first_step = Sampled(*start(bar), trace=[], bias_history=[]), 0
-        if store is not None and adaptation is not None:
-            save(store, setup, at, 0)  # adaptation can be long: keep its outcome
-    else:
-        at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, saved.trace_list(),
-                     saved.bias_list())  # fmt: skip
-        first_step = saved.step
-        bar.start_at(first_step)
     try:
-        at = chunk_loop(setup, logdensity, at, first_step, store, bar)
+        at = _sample(setup, logdensity, start, store, bar, adapting=adaptation is not None)
+    except BaseException:
+        if store is not None:  # interrupted or failed: this run will not go on
+            store.close()
+        raise
     finally:
         bar.close()
     result = finalise(setup, at, logdensity)
     if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
         warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
     return result
+
+
+def _sample(
+    setup: Setup,
+    logdensity: Any,
+    start: Callable[..., tuple],
+    store: "checkpoint.Store | None",
+    bar: Progress,
+    *,
+    adapting: bool,
+) -> Sampled:
+    """Initialise and adapt (or restore a checkpoint), then run the chunks."""
+    saved = store.restore(start, setup.run_keys) if store is not None else None
+    if saved is None:
+        at, first_step = Sampled(*start(bar), trace=[], bias_history=[]), 0
+        if store is not None and adapting:
+            save(store, setup, at, 0)  # adaptation can be long: keep its outcome
+    else:
+        at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, saved.trace_list(),
+                     saved.bias_list())  # fmt: skip
+        first_step = saved.step
+        bar.start_at(first_step)
+    return chunk_loop(setup, logdensity, at, first_step, store, bar)
 
 
 def _has_observable(logdensity: Any) -> bool:

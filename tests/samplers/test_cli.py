@@ -151,6 +151,8 @@ def test_ctrl_c_with_a_checkpoint_keeps_the_save_and_says_resume(tmp_path):
     assert code == 130 and "Traceback" not in err, err
     step = checkpoint.inspect(tmp_path)["step"]
     assert step > 0
+    # The interrupted run gave the folder's lock back: a --resume takes it without a warning.
+    assert not (tmp_path / checkpoint.LOCKNAME).exists()
     line = err.strip().splitlines()[-1]
     assert line.startswith("interrupted at step ") and line.endswith(
         f"the checkpoint holds step {step}: rerun with --resume"
