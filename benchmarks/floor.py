@@ -131,8 +131,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             x = jax.lax.with_sharding_constraint(x, sharded)
             return jax.lax.scan(body, x, None, length=steps)[0]
 
-        # The kernels' draws, from jax.random and from the kernels' own exact copy of it
-        # (private to samplers: it is what the `own draws` row measures).
+        # The kernels' draws, from jax.random and from samplers.random (the same numbers,
+        # the hash unrolled: what the kernels call, and what the `own draws` row measures).
         draws = _draws_scan(jax.random, sharded, steps)
         own_draws = _draws_scan(samplers.random, sharded, steps)
 

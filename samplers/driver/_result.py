@@ -260,9 +260,8 @@ class Result(eqx.Module):
         adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
         # An adaptation replaces the warmup (the CLI's --warmup becomes its steps): say so
         # rather than print "0 warmup" after a tuned run.
-        adapted_run = self.adaptation_info is not None
-        phases = ["adaptation"] if adapted_run else []
-        if self.num_warmup or not adapted_run:
+        phases = [] if self.adaptation_info is None else ["adaptation"]
+        if self.num_warmup or not phases:
             phases.append(f"{self.num_warmup} warmup")
         lines = [
             *self.verdict.lines(),

@@ -215,6 +215,10 @@ def test_step_size_fit_falls_back_and_stays_in_range():
     assert float(_step_size_for_target(eps, rising, 0.8, 0.123)) == pytest.approx(0.123)
     flat = jnp.asarray([0.5, 0.5, 0.5], jnp.float32)
     assert float(_step_size_for_target(eps, flat, 0.8, 0.123)) == pytest.approx(0.123)
+    # Falling by one float32 ulp: a real but negligible slope, which solved for the target
+    # would land at an end of the range (as rounding noise did on flat acceptances).
+    ulp = jnp.asarray([np.nextafter(np.float32(0.5), np.float32(1)), 0.5, 0.5], jnp.float32)
+    assert float(_step_size_for_target(eps, ulp, 0.8, 0.123)) == pytest.approx(0.123)
     one = jnp.asarray([0.5], jnp.float32)  # one step: no slope
     assert float(_step_size_for_target(one, one, 0.8, 0.123)) == pytest.approx(0.123)
     # Every step accepted more than the target: no extrapolation past the largest seen.
