@@ -170,6 +170,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
         num_steps=setup.num_steps,
         num_warmup=setup.num_warmup,
         superchain_size=setup.superchain_size,
+        superchain_auto=setup.superchain_auto,
         unconstrained=Unconstrained(diagnostics=unconstrained, trace=position_trace),
         draw_logdensity=draw_logdensity,
         grads_history=grads_history,

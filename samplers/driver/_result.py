@@ -13,7 +13,13 @@ import ensemblenn as enn
 from ._bias import grads_to_threshold
 from ._flat import Structure
 from ._moments import ChainMoments
-from ._verdict import Verdict, verdict_of
+from ._verdict import (
+    Verdict,
+    divergence_rate,
+    num_transitions,
+    superchain_description,
+    verdict_of,
+)
 
 
 class Diagnostics(eqx.Module):
@@ -27,7 +33,8 @@ class Diagnostics(eqx.Module):
     Attributes:
         mean, sd, second_moment: ensemble estimates per coordinate.
         rhat: split R-hat per coordinate (from per-half moments).
-        nested_rhat: nested R-hat per coordinate when superchains were requested.
+        nested_rhat: nested R-hat per coordinate when the run had superchains (given, or
+            chosen automatically for many short chains: see `Result.superchain_size`).
         ess: many-chain effective sample size per coordinate.
         bias_squared_max, bias_squared_mean: b² of the observable's second moments against
             the reference (None without one).
@@ -106,7 +113,10 @@ class Result(eqx.Module):
             `(num_chains, num_draws, ...)`; `(num_chains, num_draws, dim)` for a plain run.
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
-        superchain_size: the run's superchain size (nested R-hat), or None.
+        superchain_size: the run's superchain size (nested R-hat), or None: the one given to
+            `samplers.run`, else the one its rule chose for many short chains (at least 64
+            chains and fewer than 1000 steps, see `samplers.driver._verdict`), else None.
+        superchain_auto: whether `superchain_size` was chosen automatically.
         unconstrained: `Unconstrained`: diagnostics and draws of the position itself.
         draw_logdensity: `(num_chains, num_draws)` log density of each kept draw, or None.
         grads_history: `(num_steps,)` the ensemble's gradients per chain (mean over chains,
@@ -146,6 +156,7 @@ class Result(eqx.Module):
     num_steps: int = eqx.field(static=True, default=0)
     num_warmup: int = eqx.field(static=True, default=0)
     superchain_size: int | None = eqx.field(static=True, default=None)
+    superchain_auto: bool = eqx.field(static=True, default=False)
     unconstrained: Unconstrained | None = None
     draw_logdensity: Float[Array, "chains draws"] | None = enn.per_chain(default=None)
     grads_history: Float[Array, " steps"] | None = enn.broadcast(default=None)
@@ -236,7 +247,19 @@ class Result(eqx.Module):
         """The verdict line (see `verdict`), then a compact table: mean, sd, R-hat and ESS per
         coordinate of the observable, rows named by path (`mu`, `theta_z[3]`; `x[0]`.. for a
         plain array), truncated for large d, with the reference mean when the run had one,
-        and the ensemble's acceptance, divergences and b²."""
+        and the ensemble's acceptance, divergences (count and rate), which R-hat the verdict
+        read (nested R-hat over how many superchains, and whether they were chosen
+        automatically, or split R-hat) and b².
+
+        Example:
+            >>> import jax, jax.numpy as jnp, samplers
+            >>> result = samplers.run(samplers.MALA(1.0), lambda x: -0.5 * (x**2).sum(),
+            ...                       jnp.zeros((64, 2)), key=jax.random.key(0), num_steps=50,
+            ...                       progress=False)   # many short chains: superchains
+            >>> lines = result.summary(print_it=False).splitlines()
+            >>> [line for line in lines if line.startswith("verdict read")]
+            ['verdict read: nested R-hat, 16 superchains of 4 chains (automatic)']
+        """
         d = self.diagnostics
         cols = {
             "mean": self._flat(d.mean),
@@ -263,14 +286,20 @@ class Result(eqx.Module):
         phases = [] if self.adaptation_info is None else ["adaptation"]
         if self.num_warmup or not phases:
             phases.append(f"{self.num_warmup} warmup")
+        divergent = f"{int(jnp.sum(self.num_divergent))}"
+        transitions = num_transitions(self)
+        if transitions is not None:  # with the rate, as NumPyro and Stan report it
+            divergent += f" ({divergence_rate(int(divergent), transitions)})"
         lines = [
             *self.verdict.lines(),
             f"{self.num_chains} chains on {devices} device(s), "
             f"{' + '.join([*phases, f'{self.num_steps} steps'])}, "
             f"{float(jnp.mean(self.num_grads)):.0f} grads/chain{adapting}",
             f"acceptance {float(jnp.mean(self.acceptance_rate)):.3f}, divergent transitions "
-            f"{int(jnp.sum(self.num_divergent))}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
+            f"{divergent}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
             f"min ESS {float(np.nanmin(cols['ess'])):.0f}",
+            "verdict read: "
+            + superchain_description(self.num_chains, self.superchain_size, self.superchain_auto),
         ]
         if d.bias_squared_max is not None:
             lines.append(

@@ -12,6 +12,7 @@ import ensemblenn as enn
 from ._chunk import Carry, Config
 from ._flat import Structure
 from ._moments import ChainMoments
+from ._verdict import automatic_superchain_size
 
 
 class Setup(NamedTuple):
@@ -31,6 +32,7 @@ class Setup(NamedTuple):
     traced: bool  # called under a trace (jit, eval_shape): no eager checks, no progress
     position: Structure  # one chain's position pytree <-> flat vectors
     observed: Structure | None  # the observable's, or None when the target has none
+    superchain_auto: bool = False  # superchain_size was chosen by the verdict's rule
 
     @property
     def total(self) -> int:
@@ -77,6 +79,12 @@ def make_setup(
 ) -> Setup:
     """The run's `Setup`; `positions` are the flat `(num_chains, dim)` ones."""
     num_chains = int(jax.tree.leaves(positions)[0].shape[0])
+    # The one place superchains are resolved: None lets the verdict's rule pick them for
+    # many short chains (samplers.driver._verdict), 0 asks for none (split R-hat).
+    superchain_auto = superchain_size is None
+    if superchain_auto:
+        superchain_size = automatic_superchain_size(num_chains, num_steps)
+    superchain_size = superchain_size or None
     k_init, k_adapt, k_run = jax.random.split(key, 3)
     thin_by = thin or 1
     total = num_warmup + num_steps
@@ -112,4 +120,5 @@ def make_setup(
         traced=traced,
         position=position,
         observed=observed,
+        superchain_auto=superchain_auto and superchain_size is not None,
     )

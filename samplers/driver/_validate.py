@@ -110,12 +110,14 @@ def check_options(
                 "(the default) or a positive number of steps."
             )
     if superchain_size is not None:
-        if not _is_int(superchain_size) or superchain_size < 1:
+        # None: chosen automatically for many short chains (samplers.driver._verdict); 0: none.
+        if not _is_int(superchain_size) or superchain_size < 0:
             raise (SamplerError if _is_int(superchain_size) else SamplerTypeError)(
-                f"superchain_size must be None or an int >= 1, got {superchain_size!r}.\n"
-                f"  fix: a divisor of the {num_chains} chains, e.g. superchain_size=2."
+                f"superchain_size must be None, 0 or an int >= 1, got {superchain_size!r}.\n"
+                f"  fix: a divisor of the {num_chains} chains, e.g. superchain_size=2 (0: no "
+                "superchains, the verdict reads split R-hat)."
             )
-        if num_chains % superchain_size:
+        if superchain_size and num_chains % superchain_size:
             raise SamplerError(
                 f"superchain_size={superchain_size} does not divide the {num_chains} chains.\n"
                 f"  fix: a divisor of {num_chains} (superchains of consecutive chains, all the "

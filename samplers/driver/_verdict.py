@@ -3,11 +3,12 @@
 The rule (`judge`): a run is **converged** only if all of these hold.
 
 1. **R-hat.** The largest R-hat over dimensions is below `RHAT_MAX` = 1.01. With
-   superchains (`samplers.run(superchain_size=...)`) that is the nested R-hat, else the
-   split R-hat.
+   superchains (`samplers.run(superchain_size=...)`, or chosen automatically for many short
+   chains: `automatic_superchain_size`) that is the nested R-hat, else the split R-hat.
 2. **ESS.** The smallest effective sample size over dimensions (all chains' sampling draws
    together) is at least `ESS_MIN` = 400.
-3. **Divergences.** No transition of any chain diverged (warmup and sampling).
+3. **Divergences.** No transition of any chain diverged (warmup and sampling); the count is
+   reported with its rate, the percentage of those transitions, as NumPyro and Stan do.
 4. **Acceptance**, for Metropolis-adjusted kernels only (`Sampler.adjusted`): the mean
    acceptance over all chains and steps is neither below `ACCEPTANCE_MIN` = 0.05 (the chains
    barely move: the step is too large) nor above `ACCEPTANCE_MAX` = 0.995 (the step is so
@@ -25,6 +26,33 @@ stationary excess shrinks like `tau / (k n)`, so with enough chains per supercha
 measures what matters, whether the chains still remember their initialisation. Use
 superchains for many short chains, and read split R-hat only for few long ones.
 
+Superchains chosen automatically (`automatic_superchain_size`, applied by `samplers.run`
+when `superchain_size` is None). A run of at least `AUTO_MIN_CHAINS` = 64 chains and fewer
+than `AUTO_MAX_STEPS` = 1000 sampling steps is read with nested R-hat over consecutive
+superchains of `k` chains, `k` the largest of 8, 7, 6, 5, 4 that divides the chains into
+at least `AUTO_MIN_SUPERCHAINS` = 16 superchains (128 chains: 16 of 8; 64: 16 of 4; a count
+with no such divisor keeps split R-hat). Why these numbers:
+
+* **Fewer than 1000 steps.** Split R-hat's stationary excess `tau / n` stays above the 0.01
+  margin for every coordinate with `tau > n / 100`: under 1000 steps that is any `tau`
+  above 10 (at 300 steps, above 3), so healthy short runs would fail. Long runs keep split
+  R-hat, the standard reading of few long chains (Vehtari et al., 2021): it also sees a
+  drift inside each chain, which superchain means do not.
+* **At most 8 chains per superchain.** Nested R-hat's excess is about `tau / (2 k n)`,
+  below 0.01 once `n > 50 tau / k`: `n > 6 tau` at `k = 8`. With chains started at their
+  own points (as `samplers.run`'s positions usually are), the spread of the chain means
+  that the initialisation leaves is averaged over `k` chains too, so a larger `k` would
+  make the 1.01 threshold laxer: `k` stays fixed, and more chains make more superchains.
+* **At least 16 superchains of at least 4 chains (so 64 chains).** The variance of the
+  superchain means is estimated from the superchains: with 16, its relative error is about
+  `sqrt(2 / 15)` = 0.37; with fewer, the verdict near 1.01 is mostly noise. 4 chains per
+  superchain keep the stationary excess below 0.01 from `n > 12 tau` (2 would need
+  `n > 25 tau`, the regime that needs superchains is `n` of a few hundred).
+
+An explicit `superchain_size` always wins; `superchain_size=0` turns the automatic choice
+off (split R-hat, no nested R-hat). `Result.summary` says which R-hat the verdict read and
+whether its superchains were chosen automatically.
+
 Otherwise the verdict is NOT CONVERGED, with each failed criterion, its value and the
 likely fix: a longer warmup or an adaptation for R-hat, more steps or chains for ESS, a
 smaller step (or an adaptation, which tunes it) for divergences and low acceptance, a larger
@@ -41,8 +69,85 @@ RHAT_MAX = 1.01
 ESS_MIN = 400.0
 ACCEPTANCE_MIN = 0.05
 ACCEPTANCE_MAX = 0.995
+# Automatic superchains (see the module docstring for why these numbers).
+AUTO_MIN_CHAINS = 64
+AUTO_MAX_STEPS = 1000
+AUTO_MIN_SUPERCHAINS = 16
+AUTO_CHAINS_PER_SUPERCHAIN = (8, 7, 6, 5, 4)  # the first that divides the chains
 
-__all__ = ["ConvergenceWarning", "Reason", "Verdict", "judge", "verdict_of"]
+__all__ = [
+    "ConvergenceWarning",
+    "Reason",
+    "Verdict",
+    "automatic_superchain_size",
+    "divergence_rate",
+    "judge",
+    "num_transitions",
+    "superchain_description",
+    "verdict_of",
+]
+
+
+def automatic_superchain_size(num_chains: int, num_steps: int) -> int | None:
+    """The superchain size `samplers.run` picks when `superchain_size` is None: `k` chains
+    per superchain for many short chains (nested R-hat in the verdict), else None (split
+    R-hat). The rule and why: this module's docstring.
+
+    Args:
+        num_chains: the run's chains.
+        num_steps: its sampling steps (the draws the diagnostics read).
+
+    Returns:
+        The chains per superchain, or None.
+
+    Example:
+        >>> from samplers.driver._verdict import automatic_superchain_size
+        >>> automatic_superchain_size(128, 300), automatic_superchain_size(64, 300)
+        (8, 4)
+        >>> automatic_superchain_size(128, 5000), automatic_superchain_size(8, 300)  # split
+        (None, None)
+        >>> automatic_superchain_size(100, 300), automatic_superchain_size(67, 300)
+        (5, None)
+    """
+    if num_chains < AUTO_MIN_CHAINS or num_steps >= AUTO_MAX_STEPS:
+        return None
+    for k in AUTO_CHAINS_PER_SUPERCHAIN:
+        if num_chains % k == 0 and num_chains // k >= AUTO_MIN_SUPERCHAINS:
+            return k
+    return None
+
+
+def superchain_description(num_chains: int, superchain_size: int | None, automatic: bool) -> str:
+    """Which R-hat the verdict reads, in words (`Result.summary`).
+
+    Example:
+        >>> from samplers.driver._verdict import superchain_description
+        >>> superchain_description(128, 8, True)
+        'nested R-hat, 16 superchains of 8 chains (automatic)'
+        >>> superchain_description(64, 16, False), superchain_description(8, None, False)
+        ('nested R-hat, 4 superchains of 16 chains (superchain_size=16)', 'split R-hat')
+    """
+    if superchain_size is None:
+        return "split R-hat"
+    how = "automatic" if automatic else f"superchain_size={superchain_size}"
+    return (
+        f"nested R-hat, {num_chains // superchain_size} superchains of {superchain_size} "
+        f"chains ({how})"
+    )
+
+
+def divergence_rate(num_divergent: int, num_transitions: int) -> str:
+    """The rate of `num_divergent` divergences in `num_transitions`, as NumPyro and Stan
+    report it beside the count.
+
+    Example:
+        >>> from samplers.driver._verdict import divergence_rate
+        >>> divergence_rate(12, 12800), divergence_rate(0, 38400), divergence_rate(50, 100)
+        ('0.094% of 12,800', '0% of 38,400', '50.0% of 100')
+    """
+    percent = 100.0 * num_divergent / max(num_transitions, 1)
+    shown = f"{percent:.1f}" if percent >= 1 else f"{percent:.2g}"
+    return f"{shown}% of {num_transitions:,}"
 
 
 class ConvergenceWarning(UserWarning):
@@ -76,11 +181,11 @@ class Verdict(NamedTuple):
     criteria as `reasons` (each with `criterion`, `value`, `problem` and `fix`).
 
     The rule, the same in `Result.summary`, `samplers.run`'s `ConvergenceWarning` and the
-    CLI: converged only if max R-hat < 1.01 (nested R-hat when the run used superchains:
-    split R-hat of many short chains stays about `1 + tau / n` above 1 even at
-    stationarity, nested R-hat does not), min ESS >= 400 (all chains' sampling draws), no
-    divergent transitions, and for Metropolis-adjusted kernels (`Sampler.adjusted`) a mean
-    acceptance in [0.05, 0.995].
+    CLI: converged only if max R-hat < 1.01 (nested R-hat when the run used superchains,
+    given or chosen automatically for many short chains: split R-hat of many short chains
+    stays about `1 + tau / n` above 1 even at stationarity, nested R-hat does not), min
+    ESS >= 400 (all chains' sampling draws), no divergent transitions, and for
+    Metropolis-adjusted kernels (`Sampler.adjusted`) a mean acceptance in [0.05, 0.995].
 
     Example:
         >>> from samplers.driver._verdict import judge
@@ -133,6 +238,7 @@ def judge(
     num_divergent: int,
     adjusted: bool = True,
     nested: bool = False,
+    num_transitions: int | None = None,
 ) -> Verdict:
     """Apply the rule of this module to a run's numbers.
 
@@ -143,6 +249,8 @@ def judge(
         num_divergent: divergent transitions, all chains together.
         adjusted: the kernel is Metropolis-adjusted (else acceptance is not checked).
         nested: `rhat` is nested R-hat (superchains), only for the wording.
+        num_transitions: the transitions `num_divergent` counts (chains x steps), for the
+            divergence rate; None reports the count alone.
 
     Returns:
         A `Verdict`.
@@ -155,6 +263,9 @@ def judge(
         NOT CONVERGED: 12 divergent transitions; acceptance 0.000 < 0.05
           - 12 divergent transitions: smaller step size (or an adaptation, which tunes it)
           - acceptance 0.000 < 0.05: smaller step size (or an adaptation, which tunes it)
+        >>> judge(rhat=[1.001], ess=[2000.0], acceptance=0.8, num_divergent=12,
+        ...       num_transitions=12800).line
+        'NOT CONVERGED: 12 divergent transitions (0.094% of 12,800)'
     """
     name = "nested R-hat" if nested else "R-hat"
     max_rhat, min_ess = _extreme(rhat, np.max), _extreme(ess, np.min)
@@ -181,9 +292,10 @@ def judge(
             )
         )
     if num_divergent > 0:
-        reasons.append(
-            Reason("divergences", num_divergent, f"{num_divergent} divergent transitions", tune)
-        )
+        problem = f"{num_divergent} divergent transitions"
+        if num_transitions is not None:
+            problem += f" ({divergence_rate(num_divergent, num_transitions)})"
+        reasons.append(Reason("divergences", num_divergent, problem, tune))
     if adjusted and not acceptance >= ACCEPTANCE_MIN:
         reasons.append(
             Reason(
@@ -227,4 +339,12 @@ def verdict_of(result: Any) -> Verdict:
         num_divergent=int(jnp.sum(result.num_divergent)),
         adjusted=getattr(type(result.sampler), "adjusted", True),
         nested=nested,
+        num_transitions=num_transitions(result),
     )
+
+
+def num_transitions(result: Any) -> int | None:
+    """The transitions `result.num_divergent` counts: every chain's warmup and sampling
+    steps (an adaptation's are not counted); None when the result does not say."""
+    steps = getattr(result, "num_warmup", 0) + getattr(result, "num_steps", 0)
+    return int(np.size(result.num_divergent)) * steps if steps else None

@@ -634,11 +634,11 @@ RUN = [
         POSITIONS,
     ),  # noqa: E501
     (
-        "run superchain_size 0",
-        lambda: run(superchain_size=0),
+        "run superchain_size -1",
+        lambda: run(superchain_size=-1),
         SE,
         V,
-        r"superchain_size .* got 0",
+        r"superchain_size .* got -1",
         None,
     ),  # noqa: E501
     (
