@@ -291,6 +291,49 @@ def _collectively(action: Callable[[], None], what: str) -> None:
         raise CheckpointError(f"Could not {what}: it failed on process 0 (see its error).")
 
 
+def check_dir(checkpoint_dir: Any) -> None:
+    """Raise `CheckpointError` unless `checkpoint_dir` is a folder, or a path where one can
+    be made: its nearest existing part must be a folder. Only reads the file system.
+
+    Example:
+        >>> import tempfile, samplers
+        >>> from samplers.checkpoint._store import check_dir
+        >>> check_dir(tempfile.mkdtemp() + "/new/run")   # missing folders are made later
+        >>> with tempfile.NamedTemporaryFile() as file:
+        ...     try:
+        ...         check_dir(file.name)
+        ...     except samplers.CheckpointError as err:
+        ...         print(type(err).__name__, "is a file, not a folder" in str(err))
+        CheckpointError True
+    """
+    if checkpoint_dir is None:
+        return
+    if not isinstance(checkpoint_dir, str | os.PathLike):
+        raise CheckpointError(
+            f"checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}."
+        )
+    # Without this the lock's mkdir fails with a raw FileExistsError (the path is a file)
+    # or NotADirectoryError (a file above it), after the run's setup has compiled.
+    path = Path(checkpoint_dir)
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir():
+        return
+    what = "a file" if existing.is_file() or not existing.is_symlink() else "a broken link"
+    if existing == path:
+        raise CheckpointError(
+            f"checkpoint_dir={str(checkpoint_dir)!r} is {what}, not a folder.\n  fix: pass "
+            "the path of a folder (samplers.run creates it if missing), e.g. "
+            f"checkpoint_dir={str(path.with_name(path.name + '_run'))!r}."
+        )
+    raise CheckpointError(
+        f"checkpoint_dir={str(checkpoint_dir)!r} cannot be made: {str(existing)!r} is "
+        f"{what}, not a folder.\n  fix: pass a path whose existing parts are folders "
+        "(samplers.run creates the missing ones), or move that file away."
+    )
+
+
 def open_run(
     checkpoint_dir: str | os.PathLike | None,
     checkpoint_every: int | None,
@@ -311,10 +354,7 @@ def open_run(
                 "checkpoint_dir='path/to/folder'."
             )
         return None
-    if not isinstance(checkpoint_dir, str | os.PathLike):
-        raise CheckpointError(
-            f"checkpoint_dir must be a path, got {type(checkpoint_dir).__name__}."
-        )
+    check_dir(checkpoint_dir)
     if checkpoint_every is not None and (
         isinstance(checkpoint_every, bool)
         or not isinstance(checkpoint_every, int | np.integer)

@@ -232,11 +232,13 @@ def flatten_target(logdensity: Callable, positions: Any) -> tuple[Any, Any, Stru
         try:
             shapes = jax.eval_shape(observe, one)
         except Exception as err:
-            raise PositionsError(
-                f"logdensity.observable failed on one chain's position: {err}\n  fix: "
-                "observable takes one chain's position (the structure of positions without "
-                "the chain axis)."
-            ) from None
+            # The user's own exception: re-raised as itself, with samplers.run's context.
+            err.add_note(
+                "samplers.run: raised by logdensity.observable, called on ONE chain's "
+                "position (traced, before anything compiles).\n  fix: observable takes one "
+                "chain's position (the structure of positions without the chain axis)."
+            )
+            raise
         observed = Structure.of(shapes, batched=False, what="observable(position)")
     if position.plain and observed.plain:
         return logdensity, flat, position, observed

@@ -137,7 +137,7 @@ def run(
     num_chains = int(np.shape(positions)[0])
     check_options(num_chains, chunk_size, superchain_size, reference, block_size,
                   checkpoint_every, track_bias)  # fmt: skip
-    check_run_flags(progress, resume, mesh, axis)
+    check_run_flags(progress, resume, mesh, axis, checkpoint_dir)
     check_sampler_dim(sampler, positions)
     setup = make_setup(
         positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,

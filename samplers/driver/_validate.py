@@ -12,12 +12,16 @@ import ensemblenn as enn
 from .._errors import SamplerError, SamplerTypeError
 from ..adaptation import Adaptation
 from ..checkpoint import CheckpointError
+from ..checkpoint._store import check_dir
 from ..kernels import Sampler
 
 
 def check_logdensity(logdensity: Any, one: Any) -> None:
     """The log-density must map one chain's position (`one`: its pytree of
-    `jax.ShapeDtypeStruct`) to a real scalar JAX array, and be traceable."""
+    `jax.ShapeDtypeStruct`) to a real scalar JAX array, and be traceable.
+
+    An exception of the log density's own (say a model's `MyModelError`) is re-raised as
+    itself, with a note; only what the library detects is a `SamplerError`."""
     shape = jax.tree.map(lambda x: x.shape, one)
     if not _takes_one_argument(logdensity):
         return  # e.g. a minibatch log-density (position, indices): its kernel checks it
@@ -32,11 +36,14 @@ def check_logdensity(logdensity: Any, one: Any) -> None:
             "jnp.where)."
         ) from err
     except Exception as err:
-        raise SamplerError(
-            f"logdensity raised {type(err).__name__} at a position of shape {shape}: "
-            f"{err}\n  fix: make it accept one position (samplers.run maps it "
-            "over the chains) and return its log density."
-        ) from err
+        # The user's own exception: re-raised as itself (so that `except MyModelError:`
+        # still catches it), with where and how samplers.run called it as a note.
+        err.add_note(
+            f"samplers.run: raised by logdensity, called on ONE chain's position of shape "
+            f"{shape} (traced, before anything compiles).\n  fix: if it expects all the "
+            "chains at once, make it take one position: samplers.run maps it over the chains."
+        )
+        raise
     check_logdensity_value(returned[-1] if returned else out, out, shape)
 
 
@@ -181,6 +188,31 @@ def check_inputs(
             "  fix: stack one initial position per chain, e.g. jnp.zeros((num_chains, dim)), "
             "or pass a pytree of such arrays (e.g. {'mu': jnp.zeros(num_chains)})."
         )
+    _check_not_empty(positions)
+
+
+def _check_not_empty(positions: Any) -> None:
+    """At least one chain and one coordinate: zero-size positions would otherwise compile
+    the setup and fail inside the kernels with a raw IndexError."""
+    leaves = jax.tree.leaves(positions)
+    shapes = [np.shape(x) for x in leaves]
+    if not leaves or any(len(s) < 1 for s in shapes) or len({s[0] for s in shapes}) > 1:
+        return  # not a batch of positions: flatten_target's PositionsError says why
+    chains, dim = shapes[0][0], sum(int(np.prod(s[1:], dtype=int)) for s in shapes)
+    if chains and dim:
+        return
+    plain = len(leaves) == 1 and hasattr(positions, "shape")
+    found = f"shape {shapes[0]}" if plain else f"leaf shapes {shapes}"
+    example = (
+        f"jnp.zeros(({chains or 'num_chains'}, {dim or 'dim'}))"
+        if plain
+        else "{'x': jnp.zeros((num_chains, dim))}"
+    )
+    raise SamplerError(
+        f"positions has {found}: {'no chains' if not chains else 'no coordinates (dim 0)'} "
+        f"to sample.\n  fix: give at least one chain and one coordinate per chain, e.g. "
+        f"{example}."
+    )
 
 
 def check_finite(flat: Any) -> None:
@@ -195,8 +227,11 @@ def check_finite(flat: Any) -> None:
             )
 
 
-def check_run_flags(progress: Any, resume: Any, mesh: Any, axis: Any) -> None:
-    """The flags and the mesh of `samplers.run` (new checks; before anything compiles)."""
+def check_run_flags(
+    progress: Any, resume: Any, mesh: Any, axis: Any, checkpoint_dir: Any = None
+) -> None:
+    """The flags, the mesh and the checkpoint folder of `samplers.run` (before anything
+    compiles: the checkpoint store only opens the folder after the setup)."""
     for name, value, allowed in (
         ("progress", progress, "True, False or None (None: when stderr is a terminal)"),
         ("resume", resume, "True or False"),
@@ -216,6 +251,7 @@ def check_run_flags(progress: Any, resume: Any, mesh: Any, axis: Any) -> None:
         )
     if mesh is not None:
         enn.resolve_mesh(mesh, axis)  # the axis must exist: enn.MeshError names it
+    check_dir(checkpoint_dir)
 
 
 def check_sampler_dim(sampler: Any, positions: Any) -> None:

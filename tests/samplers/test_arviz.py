@@ -16,7 +16,7 @@ az = pytest.importorskip("arviz")
 @pytest.fixture(scope="module")
 def result():
     """test_checkpoint's run (the same compiled chunks): 8 draws of 8 chains."""
-    sys.path.insert(0, str(Path(__file__).parent / "checkpoint"))  # alone, e.g. CI lane 2
+    sys.path.insert(0, str(Path(__file__).parent / "checkpoint"))  # when this file runs alone
     from test_checkpoint import make_run
 
     sampler, target, positions, kwargs = make_run()
