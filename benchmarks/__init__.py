@@ -20,6 +20,10 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
 * ``hierarchical``: samplers.LAPS vs BlackJAX LAPS on the eight-schools posterior.
 * ``hmc``: samplers.HMC (``samplers.run`` and the bare kernel scan) vs BlackJAX HMC on the
   logistic regression, same step size, leapfrog steps and chains.
+* ``accelerator``: ``samplers.run`` with its defaults and in the bitwise mode, the bare kernel
+  scan and BlackJAX, time per step for HMC, MALA and NUTS (the GPU table's rows).
+* ``kernels``: XLA kernels per step of ``samplers.run`` and of the bare kernel scan,
+  counted in the optimized HLO (a CPU-measurable proxy for launches on an accelerator).
 * ``first_call``: a fresh process's first LAPS call, ours vs BlackJAX's, with JAX's
   persistent compilation cache off and warm.
 
@@ -39,6 +43,8 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "hierarchical": ((1,), "samplers.LAPS vs BlackJAX LAPS on eight schools (non-centred)"),
     "hmc": ((1,), "samplers.HMC (run, bare kernel) vs BlackJAX HMC on logistic regression"),
     "first_call": ((4,), "a fresh process's first LAPS call vs BlackJAX's, cache cold and warm"),
+    "accelerator": ((1,), "samplers.run (defaults, bitwise), bare scan and BlackJAX, per step"),
+    "kernels": ((1,), "XLA kernels per step: samplers.run vs the bare kernel scan (from HLO)"),
 }
 
 __all__ = ["BENCHMARKS"]

@@ -1,70 +1,125 @@
 #!/usr/bin/env bash
-# What a lent accelerator machine has, and, if JAX with CUDA is importable, the `scaling`
-# benchmark at 4096..65536 chains with its memory bandwidth use against a measured floor.
+# The one script for a lent accelerator machine: every row of issue "Accelerators first",
+# each step bounded by `timeout` so that one slow step cannot eat the others' time, then one
+# Markdown table of the rows that matter (each step's own table is printed above it).
 #
-#   bash benchmarks/gpu_check.sh            # from the repository root; PYTHON=... to choose
+#   bash benchmarks/gpu_check.sh                 # from anywhere; PYTHON=... to choose
+#   LOGS=/some/folder bash benchmarks/gpu_check.sh   # keep the JSON lines and logs there
+#   SMOKE=1 bash benchmarks/gpu_check.sh         # tiny sizes, on a CPU too (to test it)
 #
-# Short by design (a few minutes of device time). Exits 0 with a message when there is no
-# JAX or no GPU: the project never needs one.
+# Steps and their bounds (about 6 minutes in all on an H200, start-up not included):
+#   accelerator  samplers.run defaults / bitwise mode / bare kernel scan / BlackJAX vmap:
+#                HMC, MALA, NUTS at 16384 and 65536 chains (gauss100), HMC and MALA on
+#                logreg50                                                        170 s
+#   floor        the bare kernels and samplers.run vs vmap(grad) (8192 chains)    60 s
+#   first_call   LAPS's first call in a fresh process vs BlackJAX (4096 chains)   75 s
+#   ensemble     Stretch vs NumPyro AIES, 4096 walkers, gauss20                   40 s
+#   scaling      LAPS 4096..65536 chains, bandwidth against a measured floor      50 s
+# Exits 0 with a message when there is no JAX or no GPU (unless SMOKE=1): the project never
+# needs one.
 set -u
 PY="${PYTHON:-python3}"
 cd "$(dirname "$0")/.." || exit 1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+LOGS="${LOGS:-$(mktemp -d)}"
+mkdir -p "$LOGS"
+SMOKE="${SMOKE:-}"
+T0=$SECONDS
+step() { echo; echo "### [$((SECONDS - T0)) s] $*"; }
 
-echo "## nvidia-smi"
+step "machine"
 if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.memory,driver_version \
-        --format=csv || true
-else
-    echo "nvidia-smi: not found"
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.memory,driver_version --format=csv || true
 fi
-
-echo "## python / jax"
-if ! command -v "$PY" >/dev/null 2>&1; then
-    echo "no $PY on this machine: nothing to run (exit 0)"
-    exit 0
-fi
-"$PY" --version
-if ! "$PY" -c "import jax" >/dev/null 2>&1; then
-    echo "JAX is not importable with $PY: nothing to run (exit 0)"
-    exit 0
-fi
-"$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__); print(jax.devices())"
-if ! "$PY" -c "import jax, sys; sys.exit(0 if jax.default_backend() == 'gpu' else 1)"; then
+"$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())" \
+    || { echo "JAX is not importable with $PY: nothing to run (exit 0)"; exit 0; }
+"$PY" -c "import importlib.metadata as m
+for n in ('equinox', 'optax', 'numpyro', 'blackjax', 'numpy'):
+    try: print(n, m.version(n))
+    except m.PackageNotFoundError: print(n, 'not installed')"
+if [ -z "$SMOKE" ] && ! "$PY" -c "import jax, sys; sys.exit(jax.default_backend() != 'gpu')"; then
     echo "JAX has no GPU backend here (CUDA plugin missing?): nothing to run (exit 0)"
     exit 0
 fi
 
-echo "## bandwidth floor: a jitted elementwise pass over 1 GiB (read + write)"
-"$PY" - <<'EOF' | tee /tmp/gpu_floor.json
+if [ -n "$SMOKE" ]; then
+    SIZE=(--smoke) FLOOR=(--smoke --repeats 2) FIRST=(--smoke --repeats 1)
+    ENSEMBLE=(--smoke --repeats 1) SCALING=(--smoke --repeats 1 --chains 64,128)
+else
+    SIZE=(--full)
+    FLOOR=(--full --targets gauss100 --repeats 3)
+    FIRST=(--chains 4096 --repeats 1)
+    ENSEMBLE=(--walkers 4096 --targets gauss20 --steps 3000 --repeats 2)
+    SCALING=(--chains 4096,16384,65536 --repeats 2)
+fi
+
+bounded() {  # bounded SECONDS NAME ARGS...: one benchmark, its JSON lines kept
+    local limit=$1 name=$2
+    shift 2
+    step "$name (at most $limit s)"
+    timeout "$limit" "$PY" -m benchmarks "$name" --devices 1 "$@" 2>&1 | tee "$LOGS/$name.log"
+    local status=${PIPESTATUS[0]}
+    [ "$status" = 124 ] && echo "!! $name stopped at its $limit s bound"
+    grep '^{' "$LOGS/$name.log" >"$LOGS/$name.jsonl" || true
+}
+
+bounded 170 accelerator "${SIZE[@]}"
+bounded 60 floor "${FLOOR[@]}"
+bounded 75 first_call "${FIRST[@]}"
+bounded 40 ensemble "${ENSEMBLE[@]}"
+
+step "bandwidth floor: a jitted elementwise pass over 1 GiB (read + write)"
+timeout 30 "$PY" - <<'EOF' | tee "$LOGS/bandwidth.jsonl"
 import json, time, jax, jax.numpy as jnp
-x = jnp.ones((256 * 1024 * 1024,), jnp.float32)  # 1 GiB
+x = jnp.ones((256 * 1024 * 1024 // (64 if jax.default_backend() == "cpu" else 1),), jnp.float32)
 f = jax.jit(lambda x: x * 1.0001)
 f(x).block_until_ready()
-best = min((lambda t0: (f(x).block_until_ready(), time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(10))
+best = float("inf")
+for _ in range(10):
+    t0 = time.perf_counter()
+    f(x).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
 print(json.dumps({"floor_gb_per_s": 2 * x.nbytes / best / 1e9}))
 EOF
+bounded 50 scaling "${SCALING[@]}" --no-table
 
-echo "## scaling benchmark, 1 device, 4096..65536 chains, gauss100"
-"$PY" -m benchmarks scaling --devices 1 --chains 4096,16384,65536 --no-table \
-    | tee /tmp/gpu_scaling.jsonl
+step "summary"
+"$PY" - "$LOGS" <<'EOF'
+import json, sys
+from pathlib import Path
 
-echo "## bandwidth use vs the floor"
-"$PY" - <<'EOF'
-import json
-floor = json.load(open("/tmp/gpu_floor.json"))["floor_gb_per_s"]
-dim = 100
-for line in open("/tmp/gpu_scaling.jsonl"):
-    if not line.startswith("{"):
-        continue
-    r = json.loads(line)
-    if "chain_grads_per_s" not in r:
-        continue
-    # Least traffic per chain-gradient of the 100-d Gaussian: read the position, write the
-    # gradient, read/write the momentum: 4 float32 vectors of dim.
-    gbs = r["chain_grads_per_s"] * 4 * dim * 4 / 1e9
-    print(f"chains={r['chains']:>6}  chain-grads/s={r['chain_grads_per_s']:.3g}  "
-          f"~{gbs:.1f} GB/s = {gbs / floor:.2f} of the {floor:.0f} GB/s floor  "
-          f"peak MiB={r.get('peak_mib', float('nan')):.1f}")
+logs = Path(sys.argv[1])
+def lines(name):
+    path = logs / f"{name}.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+rows = []
+for r in lines("accelerator"):
+    if r.get("status") == "ok":
+        rows.append((f"{r['sampler']} {r['target']}", r["chains"], r["impl"],
+                     f"{r['step_us']:.1f} µs/step", f"{r['ratio']:.2f}x {r['ratio_to']}"))
+for r in lines("floor"):
+    if r.get("status") == "ok" and r.get("path") in ("ensemble_map(scan)", "samplers.run (whole call)"):
+        rows.append((f"floor {r['impl']} {r['target']}", r["chains"], r["path"],
+                     f"{r['step_us']:.1f} µs/step", f"{r.get('ratio', float('nan')):.2f}x vmap(grad)"))
+for r in lines("first_call"):
+    if r.get("status") == "ok":
+        rows.append((f"first call {r.get('impl', '')}", r.get("chains", ""), r.get("cache", r.get("path", "")),
+                     f"{r.get('first_call_s_min', float('nan')):.2f} s", f"{r.get('vs_blackjax_cold_min', float('nan')):.2f}x BlackJAX cold"))
+for r in lines("ensemble"):
+    if r.get("status") == "ok":
+        rows.append((f"ensemble {r.get('impl', '')} {r.get('target', '')}", r.get("walkers", ""), "",
+                     f"{r.get('walker_steps_per_s', float('nan')):.3g} walker-steps/s", ""))
+floor = lines("bandwidth")
+floor = floor[0]["floor_gb_per_s"] if floor else float("nan")
+for r in lines("scaling"):
+    if "chain_grads_per_s" in r:
+        gbs = r["chain_grads_per_s"] * 4 * 100 * 4 / 1e9  # 4 float32 vectors of 100 per gradient
+        rows.append((f"scaling LAPS gauss100", r["chains"], "",
+                     f"{r['chain_grads_per_s']:.3g} chain-grads/s", f"{gbs / floor:.3f} of {floor:.0f} GB/s"))
+print("| row | chains | path | figure | ratio |")
+print("|---|---|---|---|---|")
+for row in rows:
+    print("| " + " | ".join(str(c) for c in row) + " |")
 EOF
+echo "### done in $((SECONDS - T0)) s; logs in $LOGS"
 exit 0

@@ -37,7 +37,7 @@ from ._errors import (
     OutputRoleError,
     RoleError,
 )
-from ._mesh import default_mesh, resolve_mesh
+from ._mesh import default_mesh, mesh_platform, resolve_mesh
 from ._partition import combine, partition
 from ._per_chain_value import PerChainValue
 from ._random import chain_keys
@@ -77,6 +77,7 @@ __all__ = [
     "ordered_sum",
     "partition",
     "per_chain",
+    "mesh_platform",
     "resolve_mesh",
     "role_of",
     "rounded",

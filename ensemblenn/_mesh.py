@@ -69,6 +69,25 @@ def resolve_mesh(mesh: Any = None, axis: str = "chains") -> Any:
     return mesh
 
 
+def mesh_platform(mesh: Any = None, axis: str = "chains") -> str:
+    """The platform (`"cpu"`, `"gpu"`, `"tpu"`, ...) of the devices an ensemble runs on.
+
+    Inside `jax.jit` only the abstract mesh is visible, which has no devices: the default
+    backend's platform then stands for it.
+
+    Example:
+        >>> import ensemblenn as enn
+        >>> enn.mesh_platform()
+        'cpu'
+    """
+    mesh = resolve_mesh(mesh, axis)
+    devices = getattr(mesh, "devices", None)
+    if devices is None or getattr(devices, "size", 0) == 0:
+        return jax.default_backend()
+    platform = devices.flat[0].platform
+    return "gpu" if platform in ("cuda", "rocm") else platform
+
+
 def axis_size(mesh: Any, axis: str) -> int:
     return dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))[axis]
 

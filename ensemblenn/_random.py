@@ -1,5 +1,6 @@
 """Per-chain PRNG keys that depend on the global chain index only."""
 
+import functools
 from typing import Any
 
 import jax
@@ -31,6 +32,12 @@ def _check_key(key: Array) -> bool:
             "  fix: key = jax.random.key(0)"
         )
     return False
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _fold_in_range(key: Array, num_chains: int) -> Array:
+    # One compiled program, not an eager vmap of a dozen dispatches (~1.5 ms a call).
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
 
 
 def chain_keys(key: Array, num_chains: int, *, mesh: Any = None, axis: str = "chains") -> Array:
@@ -68,7 +75,7 @@ def chain_keys(key: Array, num_chains: int, *, mesh: Any = None, axis: str = "ch
         raise EnsembleTypeError(f"axis must be a mesh axis name (a str), got {axis!r}.")
     _check_key(key)
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(num_chains))
+    keys = _fold_in_range(key, num_chains)
     if jax.process_count() == 1 or isinstance(keys, jax.core.Tracer):
         return keys
     return place(keys, NamedSharding(resolve_mesh(mesh, axis), P(axis)))

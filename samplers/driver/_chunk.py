@@ -19,7 +19,8 @@ from ._moments import ChainMoments
 class Config(eqx.Module):
     """The static shape of a chunk of steps (part of the compilation key).
 
-    Every chunk of a run shares it, whatever its length or phase, so a run compiles once.
+    Every chunk of a run shares it, whatever its phase, and on CPU whatever its length, so a
+    run compiles once there (twice on an accelerator when the last chunk is shorter).
     """
 
     capacity: int = eqx.field(static=True)
@@ -29,6 +30,10 @@ class Config(eqx.Module):
     track_bias: bool = eqx.field(static=True)
     keep_trace: bool = eqx.field(static=True)
     num_chains: int = eqx.field(static=True, default=1)
+    # The chunk's length when compiled into the program (accelerators), else None: the
+    # length is then an operand, and one program serves every chunk (CPU). A loop whose
+    # trip count XLA cannot see makes a GPU send its condition to the host every step.
+    steps: int | None = eqx.field(static=True, default=None)
 
 
 class Carry(eqx.Module):
@@ -68,8 +73,8 @@ def chunk(
     draws = jnp.zeros((config.capacity // config.thin, dim), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
-    def body(loop: tuple) -> tuple:
-        i, kept, c, draws, bias = loop
+    def body(i: Array, loop: tuple) -> tuple:
+        kept, c, draws, bias = loop
         t = start + i
         state, info = step_chain(sampler, logdensity, c.state, _threefry.fold_in(key, t))
         since = t - config.first_sample
@@ -80,7 +85,11 @@ def chunk(
             (since >= config.half_point).astype(jnp.int32),
             observed if separate else None,
         )
-        moments = jax.tree.map(lambda new, old: jnp.where(sampling, new, old), updated, c.moments)
+        moments = updated
+        if config.first_sample > 0:  # else every step samples: no select, no copies
+            moments = jax.tree.map(
+                lambda new, old: jnp.where(sampling, new, old), updated, c.moments
+            )
         grads = c.grads + info.num_grads
         bias_grads = c.bias_grads
         if config.track_bias and bias_grads is not None:
@@ -98,9 +107,10 @@ def chunk(
         )
         if config.keep_trace:
             keep = sampling & ((since + 1) % config.thin == 0)
-            # A cond, not a select: under the ensemble's vmap `keep` is one flag for all
-            # chains, so only kept steps touch the buffer (a select copied all of it).
-            draws = jax.lax.cond(keep, lambda d: d.at[kept].set(state.position), lambda d: d, draws)
+            # One row selected, not the buffer (a select of the buffer copies all of it),
+            # and no cond (on a GPU a cond sends its predicate to the host every step).
+            slot = jnp.minimum(kept, draws.shape[0] - 1)
+            draws = draws.at[slot].set(jnp.where(keep, state.position, draws[slot]))
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
@@ -108,11 +118,12 @@ def chunk(
                 diag.bias_squared(estimate, reference.second_moment, reference.second_moment_var)
             )
             bias = bias.at[i].set(b2.astype(jnp.float32))
-        return i + 1, kept, c, draws, bias
+        return kept, c, draws, bias
 
     acc_before = carry.acceptance
-    loop = (jnp.int32(0), jnp.int32(0), carry, draws, bias)
-    _, _, carry, draws, bias = jax.lax.while_loop(lambda lp: lp[0] < length, body, loop)
+    steps = length if config.steps is None else config.steps
+    loop = (jnp.int32(0), carry, draws, bias)
+    _, carry, draws, bias = jax.lax.fori_loop(0, steps, body, loop)
     chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
     return (
         carry,

@@ -1,5 +1,6 @@
 """The host loop over chunks: one compiled program, progress, trace and checkpoints."""
 
+import dataclasses
 import time
 from typing import Any, NamedTuple
 
@@ -50,12 +51,15 @@ def chunk_loop(
     carry, capacity = at.carry, setup.config.capacity
 
     def call(start: int, length: int) -> tuple:
+        config = setup.config
+        if setup.static_chunks:
+            config = dataclasses.replace(config, steps=length)
         return run_chunk(
-            setup.config, at.sampler, logdensity, carry, setup.run_keys,
+            config, at.sampler, logdensity, carry, setup.run_keys,
             jnp.int32(start), jnp.int32(length), setup.reference,
         )  # fmt: skip
 
-    if bar.enabled and first_step < setup.total:
+    if bar.enabled and first_step < setup.total and not setup.static_chunks:
         # A chunk of no steps: compiles the program (once per run) without moving the
         # chains, so the bar can show the compilation as a phase of its own.
         with bar.phase("compiling") as produced:

@@ -13,7 +13,7 @@ from ..adaptation import Adaptation, BiasMonitor
 from ..kernels import Logdensity, Sampler, init_chain
 from ._chunk import Carry
 from ._progress import Progress
-from ._setup import Setup
+from ._setup import CarryPlan, Setup
 
 
 def _init_chain(
@@ -22,10 +22,12 @@ def _init_chain(
     logdensity: Logdensity,
     position: Array,
     key: PRNGKeyArray,
+    plan: CarryPlan,
 ) -> Any:
+    """One chain's initial state, or, without an adaptation, its carry at step 0."""
     if adaptation is not None:
         return adaptation.initial_state(sampler, logdensity, position, key)
-    return init_chain(sampler, logdensity, position, key)
+    return plan.initial_carry(init_chain(sampler, logdensity, position, key))
 
 
 def _adapt_chain(
@@ -35,10 +37,13 @@ def _adapt_chain(
     state: Any,
     key: PRNGKeyArray,
     monitor: BiasMonitor | None,
-) -> tuple[Sampler, Any, Any]:
+    plan: CarryPlan,
+) -> tuple[Sampler, Carry, Any]:
+    """The tuned sampler, one chain's carry at step 0, and the adaptation's info."""
     if monitor is not None:  # b² after every adaptation step, where supported
         adaptation = adaptation.with_bias_monitor(monitor)
-    return adaptation.run(sampler, logdensity, state, key)
+    sampler, state, info = adaptation.run(sampler, logdensity, state, key)
+    return sampler, plan.initial_carry(state), info
 
 
 def _check_some_finite(setup: Setup, state: Any) -> None:
@@ -68,16 +73,17 @@ def prepare(
     as for the shapes of a resumed run)."""
     bar = bar or Progress(0, enabled=False)
     per_chain_args = (None, None, None, PER_CHAIN, PER_CHAIN)
-    init = enn.ensemble_map(_init_chain, in_roles=per_chain_args, out_roles=PER_CHAIN,
-                            **setup.mapping)  # fmt: skip
+    init = enn.ensemble_map(_init_chain, in_roles=(*per_chain_args, None),
+                            out_roles=PER_CHAIN, **setup.mapping)  # fmt: skip
+    plan = setup.carry_plan
     with bar.phase("initialising") as produced:
-        state = init(sampler, adaptation, logdensity, positions, setup.init_keys)
+        state = init(sampler, adaptation, logdensity, positions, setup.init_keys, plan)
         produced.append(state)
-    _check_some_finite(setup, state)
+    _check_some_finite(setup, state if adaptation is not None else state.state)
     adaptation_info = None
     if adaptation is not None:
         adapt = enn.ensemble_map(
-            _adapt_chain, in_roles=(*per_chain_args, BROADCAST),
+            _adapt_chain, in_roles=(*per_chain_args, BROADCAST, None),
             out_roles=(None, PER_CHAIN, None), **setup.mapping,
         )  # fmt: skip
         # Only with track_bias (and a reference): a run without it compiles as before.
@@ -85,8 +91,7 @@ def prepare(
         monitor = BiasMonitor.of(setup.reference) if track else None
         with bar.phase("adapting") as produced:  # compiling included: one program
             sampler, state, adaptation_info = adapt(
-                adaptation, sampler, logdensity, state, setup.adapt_keys, monitor
+                adaptation, sampler, logdensity, state, setup.adapt_keys, monitor, plan
             )
             produced.append(state)
-    carry = setup.initial_carry(state)
-    return sampler, carry, adaptation_info
+    return sampler, state, adaptation_info

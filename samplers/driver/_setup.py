@@ -3,8 +3,11 @@
 import math
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
@@ -30,6 +33,9 @@ class Setup(NamedTuple):
     run_keys: Array
     mapping: dict  # the keyword arguments of every enn.ensemble_map of the run
     traced: bool  # called under a trace (jit, eval_shape): no eager checks, no progress
+    # Each chunk's length compiled in (accelerators: a loop with a known trip count runs
+    # without the host), else one program for every length (CPU: one compilation).
+    static_chunks: bool
     position: Structure  # one chain's position pytree <-> flat vectors
     observed: Structure | None  # the observable's, or None when the target has none
     superchain_auto: bool = False  # superchain_size was chosen by the verdict's rule
@@ -38,24 +44,37 @@ class Setup(NamedTuple):
     def total(self) -> int:
         return self.num_warmup + self.num_steps
 
-    def initial_carry(self, state: Any) -> Carry:
-        """Every chain's carry before the first step: zero moments and counters."""
-        dim, dtype = int(state.position.shape[-1]), state.position.dtype
+    @property
+    def carry_plan(self) -> "CarryPlan":
+        """What one chain's carry at step 0 looks like, as static facts."""
         obs = self.observed
-        one = ChainMoments.zeros(
-            dim, dtype, None if obs is None else obs.dim, None if obs is None else obs.dtype
+        slots = -(-self.num_steps // self.num_chains) if self.config.track_bias else None
+        return CarryPlan(
+            None if obs is None else obs.dim, None if obs is None else obs.dtype, slots
         )
-        zeros = jnp.zeros(self.num_chains)
-        bias_grads = None
-        if self.config.track_bias:  # one slot per sampling step, spread over the chains
-            slots = -(-self.num_steps // self.num_chains)
-            bias_grads = jnp.zeros((self.num_chains, slots), jnp.float32)
+
+
+class CarryPlan(eqx.Module):
+    """Builds ONE chain's carry before the first step: zero moments and counters.
+
+    Used inside the programs that initialise or adapt the chains, so the carry is born on
+    the mesh instead of being built eagerly and copied there (a copy per leaf per call).
+    """
+
+    observed_dim: int | None = eqx.field(static=True)
+    observed_dtype: Any = eqx.field(static=True)
+    bias_slots: int | None = eqx.field(static=True)  # with track_bias: see `Carry`
+
+    def initial_carry(self, state: Any) -> Carry:
+        dim, dtype = int(state.position.shape[-1]), state.position.dtype
+        moments = ChainMoments.zeros(dim, dtype, self.observed_dim, self.observed_dtype)
+        bias_grads = None if self.bias_slots is None else jnp.zeros(self.bias_slots, jnp.float32)
         return Carry(
             state=state,
-            moments=jax.vmap(lambda _: one)(zeros),
-            acceptance=zeros.astype(jnp.float32),
-            divergent=zeros.astype(jnp.int32),
-            grads=zeros.astype(jnp.int32),
+            moments=moments,
+            acceptance=jnp.zeros((), jnp.float32),
+            divergent=jnp.zeros((), jnp.int32),
+            grads=jnp.zeros((), jnp.int32),
             bias_grads=bias_grads,
         )
 
@@ -105,6 +124,10 @@ def make_setup(
     # processes share the mesh.
     keys = [enn.chain_keys(k, num_chains, mesh=mesh, axis=axis) for k in (k_init, k_adapt, k_run)]
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
+    if not traced and jax.process_count() == 1:
+        # Laid out on the mesh once, not copied there by every chunk's call.
+        sharding = NamedSharding(enn.resolve_mesh(mesh, axis), P(axis))
+        keys = [enn.distributed.place(k, sharding) for k in keys]
     return Setup(
         num_chains=num_chains,
         num_warmup=num_warmup,
@@ -118,6 +141,7 @@ def make_setup(
         run_keys=keys[2],
         mapping=dict(mesh=mesh, axis=axis, block_size=block_size),
         traced=traced,
+        static_chunks=enn.mesh_platform(mesh, axis) != "cpu",
         position=position,
         observed=observed,
         superchain_auto=superchain_auto and superchain_size is not None,
