@@ -13,6 +13,8 @@ import ensemblenn as enn
 from ._bias import grads_to_threshold
 from ._flat import Structure
 from ._moments import ChainMoments
+from ._summary import SUMMARY_MAX_ROWS, check_max_rows
+from ._summary import table as summary_table
 from ._verdict import (
     Verdict,
     divergence_rate,
@@ -243,41 +245,45 @@ class Result(eqx.Module):
         b2, grads = self.bias_trajectory(reduction)
         return grads_to_threshold(b2, grads, threshold)
 
-    def summary(self, max_rows: int = 10, *, print_it: bool = True) -> str:
-        """The verdict line (see `verdict`), then a compact table: mean, sd, R-hat and ESS per
-        coordinate of the observable, rows named by path (`mu`, `theta_z[3]`; `x[0]`.. for a
-        plain array), truncated for large d, with the reference mean when the run had one,
-        and the ensemble's acceptance, divergences (count and rate), which R-hat the verdict
-        read (nested R-hat over how many superchains, and whether they were chosen
-        automatically, or split R-hat) and b².
+    def summary(self, max_rows: int | None = SUMMARY_MAX_ROWS, *, print_it: bool = True) -> str:
+        """The verdict line (see `verdict`) with its fixes, the run in three lines
+        (acceptance, divergences with their rate, max R-hat of each kind, min ESS), which
+        R-hat the verdict read (nested R-hat over how many superchains, and whether they
+        were chosen automatically, or split R-hat), b², then a table with one row per
+        coordinate of the observable, named by path (`mu`, `theta_z[3]`; `x[0]`.. for a
+        plain array).
+
+        The table's columns (`samplers.driver._summary` documents each): mean, sd, median,
+        5%, 95%, ESS (mean), ESS (bulk), ESS (tail), R-hat (split), R-hat (nested) and ref
+        mean. The median, quantiles and bulk/tail ESS need the kept draws (`thin=` in
+        `samplers.run`); without them a note says so instead. ESS (mean) is the one the
+        verdict reads, from every sampling draw's moments; none is capped at the number of
+        draws (ArviZ reports more on anti-correlated draws too). R-hat (nested) is shown when
+        the run had superchains. Every column has one number format.
+
+        Args:
+            max_rows: the most rows shown (default `SUMMARY_MAX_ROWS` = 100); a larger run
+                shows its first `max_rows` rows and a note saying how many were left out.
+                None shows every row.
+            print_it: print the text (on process 0 only) as well as returning it.
+
+        Returns:
+            The text.
 
         Example:
             >>> import jax, jax.numpy as jnp, samplers
             >>> result = samplers.run(samplers.MALA(1.0), lambda x: -0.5 * (x**2).sum(),
             ...                       jnp.zeros((64, 2)), key=jax.random.key(0), num_steps=50,
-            ...                       progress=False)   # many short chains: superchains
+            ...                       thin=1, progress=False)   # many short chains: superchains
             >>> lines = result.summary(print_it=False).splitlines()
             >>> [line for line in lines if line.startswith("verdict read")]
             ['verdict read: nested R-hat, 16 superchains of 4 chains (automatic)']
+            >>> header = next(line for line in lines if "ESS (bulk)" in line)
+            >>> header.split("ESS")[0].split(), "R-hat (split)" in header, "(nested)" in header
+            (['mean', 'sd', 'median', '5%', '95%'], True, True)
         """
+        check_max_rows(max_rows)
         d = self.diagnostics
-        cols = {
-            "mean": self._flat(d.mean),
-            "sd": self._flat(d.sd),
-            "rhat": self._flat(d.rhat),
-            "ess": self._flat(d.ess),
-        }
-        if d.nested_rhat is not None:
-            cols["nested_rhat"] = self._flat(d.nested_rhat)
-        reference_mean = getattr(self.reference, "mean", None)
-        if reference_mean is not None and np.size(reference_mean) == cols["mean"].size:
-            cols["ref mean"] = np.ravel(np.asarray(reference_mean))
-        names = self.names
-        dim = cols["mean"].shape[0]
-        rows = list(range(dim))
-        if dim > max_rows:
-            half = max_rows // 2
-            rows = rows[:half] + [-1] + rows[dim - half :]
         devices = _device_count(self.acceptance_rate)
         adapted = getattr(self.adaptation_info, "num_grads", None)
         adapting = "" if adapted is None else f" + {float(np.mean(adapted)):.0f} adapting"
@@ -290,14 +296,17 @@ class Result(eqx.Module):
         transitions = num_transitions(self)
         if transitions is not None:  # with the rate, as NumPyro and Stan report it
             divergent += f" ({divergence_rate(int(divergent), transitions)})"
+        rhats = f"max R-hat (split) {float(np.nanmax(self._flat(d.rhat))):.4f}"
+        if d.nested_rhat is not None:
+            rhats += f", max R-hat (nested) {float(np.nanmax(self._flat(d.nested_rhat))):.4f}"
         lines = [
             *self.verdict.lines(),
             f"{self.num_chains} chains on {devices} device(s), "
             f"{' + '.join([*phases, f'{self.num_steps} steps'])}, "
             f"{float(jnp.mean(self.num_grads)):.0f} grads/chain{adapting}",
             f"acceptance {float(jnp.mean(self.acceptance_rate)):.3f}, divergent transitions "
-            f"{divergent}, max R-hat {float(np.nanmax(cols['rhat'])):.4f}, "
-            f"min ESS {float(np.nanmin(cols['ess'])):.0f}",
+            f"{divergent}",
+            f"{rhats}, min ESS (mean) {float(np.nanmin(self._flat(d.ess))):.0f}",
             "verdict read: "
             + superchain_description(self.num_chains, self.superchain_size, self.superchain_auto),
         ]
@@ -306,15 +315,8 @@ class Result(eqx.Module):
                 f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
                 f"mean {float(d.bias_squared_mean):.2e}"
             )
-        width = max([6] + [len(names[r]) for r in rows if r >= 0])
-        header = f"{'':<{width}} " + " ".join(f"{name:>11}" for name in cols)
-        lines += [header, "-" * len(header)]
-        for r in rows:
-            if r == -1:
-                lines.append(f"{'...':<{width}}")
-                continue
-            lines.append(f"{names[r]:<{width}} " + " ".join(f"{cols[n][r]:>11.4g}" for n in cols))
-        text = "\n".join(lines)
+        notes, rows = summary_table(self, self._flat, max_rows)
+        text = "\n".join([*lines, *notes, *rows])
         if print_it and jax.process_index() == 0:  # several processes: print once
             print(text)
         return text

@@ -206,7 +206,8 @@ def test_ess_from_moments():
         from_moments = dg.ess_from_moments(draws.mean(1), draws.var(1, ddof=1), draws.shape[1])
         np.testing.assert_allclose(from_moments, expected, rtol=0.2)
         np.testing.assert_allclose(from_moments, dg.ess(draws), rtol=0.2)
-    # Clipped to the number of draws; identical chains count every draw.
+    # Identical chains count every draw (not capped at the draws otherwise: see
+    # tests/samplers/driver/test_summary_table.py).
     same = np.zeros((8, 1), np.float32)
     assert dg.ess_from_moments(same, same, 5) == 40
 

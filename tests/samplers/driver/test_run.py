@@ -126,10 +126,15 @@ def test_summary_table_truncates_large_dimensions():
         progress=False,
     )
     text = result.summary(max_rows=6, print_it=False)
-    assert "8 chains on 4 device(s)" in text and "rhat" in text and "bias^2" in text
+    assert "8 chains on 4 device(s)" in text and "R-hat (split)" in text and "bias^2" in text
     rows = [line for line in text.splitlines() if line.startswith("x[")]
-    assert len(rows) == 6 and "..." in text
-    assert rows[0].split()[0] == "x[0]" and rows[-1].split()[0] == "x[29]"
+    assert len(rows) == 6 and "..." not in text  # the first rows, then a note
+    assert rows[0].split()[0] == "x[0]" and rows[-1].split()[0] == "x[5]"
+    assert text.splitlines()[-1] == (
+        "(24 of 30 rows not shown: summary(max_rows=None) shows every row)"
+    )
+    assert len([line for line in result.summary(print_it=False).splitlines()
+                if line.startswith("x[")]) == 30  # fmt: skip
 
 
 def test_one_and_four_devices_agree(tmp_path):
