@@ -79,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
         "divides, else chains // 8, else none); 0 turns nested R-hat off"
         + _DEFAULT_STATED)  # fmt: skip
     add("--strict", action="store_true", help="exit with code 1 when the run is NOT CONVERGED")
+    add("--explain", action="store_true",
+        help="after the output, explain each of its lines and columns")  # fmt: skip
     add("--out", default=None, metavar="DIR",
         help="folder for diagnostics.json and convergence.png (the plot needs matplotlib; "
         "with --out, b² is tracked at every step for it)")  # fmt: skip
@@ -270,6 +272,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from . import _cli_report as report
     from ._cli_kernels import make_sampler, make_target
+    from .driver._verdict import verdict_of
 
     target = make_target(args.target, args.dim)
     adapt = args.adaptation == "default"
@@ -303,7 +306,7 @@ def _run(args: argparse.Namespace) -> int:
     report.results(args, result, seconds)
     if args.out:
         report.write_out(args, result, seconds, resumed_from)
-    verdict = result.verdict
+    verdict = verdict_of(result, hints="cli")  # its fixes name the flags
     print(f"verdict: {verdict.line}")
     if args.strict and not verdict.converged:
         return EXIT_NOT_CONVERGED

@@ -30,27 +30,32 @@ LEGEND = """\
 how to read it:
   verdict       CONVERGED only if max R-hat < 1.01 (nested R-hat with superchains), min ESS
                 >= 400, no divergent transitions and, for Metropolis-adjusted kernels, an
-                acceptance in [0.05, 0.995]; else NOT CONVERGED with each failed check and fix
+                acceptance in [0.05, 0.995]; else NOT CONVERGED with each failed check and
+                the flag that fixes it
   acceptance    mean Metropolis acceptance probability over all chains and steps (1 for
                 unadjusted kernels: mclmc)
   divergent     transitions whose energy error blew up (step too large for the geometry)
   grads/chain   gradient evaluations per chain (sampling; "+ N adapting" for the tuning)
-  rhat          split R-hat per dimension: spread between chain halves vs within them, 1 at
+  mean, sd      the ensemble's estimates of each coordinate's mean and standard deviation
+  ESS (mean)    effective sample size of the mean per dimension, all chains' sampling draws
+                together, from their moments: the verdict's ESS (compare with the number
+                of draws: ESS / draws is the efficiency; it may exceed the draws when
+                successive draws are anti-correlated)
+  R-hat (split) split R-hat per dimension: spread between chain halves vs within them, 1 at
                 convergence; with many short chains it stays ~1 + tau/steps above 1 even
                 when converged (tau: autocorrelation time), so read nested R-hat then
-  nested_rhat   R-hat of superchains (consecutive groups of chains): 1 once the chains
-                have forgotten their starting points; the criterion for many short chains
-  ess           effective sample size per dimension, all chains' sampling draws together
-                (compare with the number of draws: ESS / draws is the efficiency)
+  R-hat         R-hat of superchains (consecutive groups of chains): 1 once the chains
+  (nested)      have forgotten their starting points; the criterion for many short chains
+  verdict read  which of the two R-hats the verdict read
   bias^2        b² of E[x²]: the squared error of the ensemble's second moments in units of
                 their variance, max and mean over dimensions; ~1/ESS for an unbiased run,
-                < 0.01 is about 100 effective samples (needs the target's exact moments)
-  mean, sd      the ensemble's estimates of each coordinate's mean and standard deviation"""
+                < 0.01 is about 100 effective samples (needs the target's exact moments)"""
 
 
 def results(args: argparse.Namespace, result: Any, seconds: float) -> None:
-    """The summary (verdict first), ESS against the draws, and the legend."""
-    result.summary()
+    """The summary (verdict first, its fixes naming flags), ESS against the draws, and
+    the legend with `--explain` (else one line saying that it explains the output)."""
+    result.summary(hints="cli")
     draws = result.num_chains * result.num_steps
     ess = np.asarray(result.diagnostics.ess, dtype=np.float64)
     print(
@@ -58,7 +63,10 @@ def results(args: argparse.Namespace, result: Any, seconds: float) -> None:
         f"sampling draws ({100 * np.nanmin(ess) / draws:.1f} % at worst)"
     )
     print(f"time     {seconds:.1f} s wall, compilation and tuning included")
-    print(LEGEND)
+    print(LEGEND if getattr(args, "explain", False) else EXPLAIN_HINT)
+
+
+EXPLAIN_HINT = "(--explain explains each line and column)"
 
 
 def write_out(args: argparse.Namespace, result: Any, seconds: float, resumed_from: Any) -> None:
@@ -96,8 +104,10 @@ def _plain(value: Any) -> Any:
 
 def diagnostics_json(result: Any, seconds: float) -> dict:
     """The run's numbers and verdict as JSON-ready values."""
+    from .driver._verdict import verdict_of
+
     d = result.diagnostics
-    verdict = result.verdict
+    verdict = verdict_of(result, hints="cli")
 
     def listify(x: Any) -> Any:  # a pytree's coordinates, in the order of `names`
         if x is None:

@@ -133,6 +133,9 @@ class Result(eqx.Module):
         reference: the reference moments the run compared with, or None.
         structure: the `Structure` of the diagnostics (one chain's observable): the
             coordinate names of the summary.
+        adapted: whether an adaptation tuned the kernel before the sampling steps (the
+            verdict's fixes then suggest changing it, not adding one); None: inferred from
+            `adaptation_info` (an adaptation's info, or None without one).
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -165,6 +168,7 @@ class Result(eqx.Module):
     adaptation_bias: Float[Array, "adapt_steps 3"] | None = enn.broadcast(default=None)
     reference: Any = enn.broadcast(default=None)
     structure: Structure | None = None
+    adapted: bool | None = eqx.field(static=True, default=None)
 
     @property
     def num_chains(self) -> int:
@@ -173,7 +177,8 @@ class Result(eqx.Module):
     @property
     def verdict(self) -> "Verdict":
         """Whether the run can be trusted, with the failed criteria (`.converged`,
-        `.reasons`); the rule is documented in `samplers.driver._verdict`."""
+        `.reasons`, each with a fix naming `samplers.run`'s arguments); the rule is
+        documented in `samplers.driver._verdict`."""
         return verdict_of(self)
 
     @property
@@ -245,7 +250,10 @@ class Result(eqx.Module):
         b2, grads = self.bias_trajectory(reduction)
         return grads_to_threshold(b2, grads, threshold)
 
-    def summary(self, max_rows: int | None = SUMMARY_MAX_ROWS, *, print_it: bool = True) -> str:
+    def summary(
+        self, max_rows: int | None = SUMMARY_MAX_ROWS, *, print_it: bool = True,
+        hints: str = "library",
+    ) -> str:  # fmt: skip
         """The verdict line (see `verdict`) with its fixes, the run in three lines
         (acceptance, divergences with their rate, max R-hat of each kind, min ESS), which
         R-hat the verdict read (nested R-hat over how many superchains, and whether they
@@ -266,6 +274,8 @@ class Result(eqx.Module):
                 shows its first `max_rows` rows and a note saying how many were left out.
                 None shows every row.
             print_it: print the text (on process 0 only) as well as returning it.
+            hints: the verdict's fixes name `samplers.run`'s arguments ("library") or the
+                command line's flags ("cli", what `python -m samplers run` prints).
 
         Returns:
             The text.
@@ -300,7 +310,7 @@ class Result(eqx.Module):
         if d.nested_rhat is not None:
             rhats += f", max R-hat (nested) {float(np.nanmax(self._flat(d.nested_rhat))):.4f}"
         lines = [
-            *self.verdict.lines(),
+            *verdict_of(self, hints).lines(),
             f"{self.num_chains} chains on {devices} device(s), "
             f"{' + '.join([*phases, f'{self.num_steps} steps'])}, "
             f"{float(jnp.mean(self.num_grads)):.0f} grads/chain{adapting}",
@@ -315,7 +325,7 @@ class Result(eqx.Module):
                 f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
                 f"mean {float(d.bias_squared_mean):.2e}"
             )
-        notes, rows = summary_table(self, self._flat, max_rows)
+        notes, rows = summary_table(self, self._flat, max_rows, hints)
         text = "\n".join([*lines, *notes, *rows])
         if print_it and jax.process_index() == 0:  # several processes: print once
             print(text)

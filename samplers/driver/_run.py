@@ -1,6 +1,7 @@
 """`samplers.run`: the one driver. validate -> prepare (init, adaptation) -> chunk loop ->
 finalise; each phase is a function of its own module in this package."""
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable
@@ -168,7 +169,8 @@ def run(
         raise
     finally:
         bar.close()
-    result = finalise(setup, at, logdensity)
+    # Whether an adaptation ran: the verdict's fixes then do not suggest one.
+    result = dataclasses.replace(finalise(setup, at, logdensity), adapted=adaptation is not None)
     if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
         warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
     return result

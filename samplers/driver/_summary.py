@@ -104,9 +104,12 @@ def _trace_columns(trace: Any, rows: np.ndarray) -> np.ndarray | None:
     return np.concatenate(parts, axis=-1)
 
 
-def table(result: Any, flat: Any, max_rows: int | None) -> tuple[list[str], list[str]]:
+def table(
+    result: Any, flat: Any, max_rows: int | None, hints: str = "library"
+) -> tuple[list[str], list[str]]:
     """`(notes, lines of the table)` of `result`'s diagnostics; `flat` maps a diagnostics
-    field to one host vector in the order of `result.names`."""
+    field to one host vector in the order of `result.names`; `hints` "cli" words the notes
+    for the command line (which keeps no draws)."""
     from .. import diagnostics as diag
 
     d = result.diagnostics
@@ -121,7 +124,10 @@ def table(result: Any, flat: Any, max_rows: int | None) -> tuple[list[str], list
     notes = []
     draws = None if result.trace is None else _trace_columns(result.trace, rows)
     if result.trace is None:
-        notes.append(f"note: {_NEEDS_DRAWS} need draws: pass thin=1 to samplers.run")
+        keep = "pass thin=1 to samplers.run" if hints != "cli" else (
+            "the command line keeps none (samplers.run(..., thin=1) does)"
+        )  # fmt: skip
+        notes.append(f"note: {_NEEDS_DRAWS} need draws: {keep}")
     elif draws is None:
         notes.append(f"note: {_NEEDS_DRAWS} need the draws on one process (see to_arviz)")
     else:

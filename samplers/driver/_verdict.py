@@ -54,9 +54,13 @@ off (split R-hat, no nested R-hat). `Result.summary` says which R-hat the verdic
 whether its superchains were chosen automatically.
 
 Otherwise the verdict is NOT CONVERGED, with each failed criterion, its value and the
-likely fix: a longer warmup or an adaptation for R-hat, more steps or chains for ESS, a
+likely fix (`fixes`), naming what to change: `samplers.run`'s arguments (`num_warmup=`,
+`adaptation=samplers.WindowAdaptation()`, ...) for the library, the flags (`--warmup`,
+`--steps`, ...) for the command line (`hints="cli"`). The fixes fit what ran: without an
+adaptation, a longer warmup or an adaptation for R-hat, more steps or chains for ESS, a
 smaller step (or an adaptation, which tunes it) for divergences and low acceptance, a larger
-step for an acceptance near 1.
+step for an acceptance near 1; after an adaptation (`Result.adapted`), never "an
+adaptation" again but what to change in it: a longer one, or its target acceptance.
 """
 
 from typing import Any, NamedTuple
@@ -64,6 +68,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .._errors import SamplerError
 
 RHAT_MAX = 1.01
 ESS_MIN = 400.0
@@ -81,6 +87,7 @@ __all__ = [
     "Verdict",
     "automatic_superchain_size",
     "divergence_rate",
+    "fixes",
     "judge",
     "num_transitions",
     "superchain_description",
@@ -215,6 +222,81 @@ class Verdict(NamedTuple):
         return "\n".join(self.lines())
 
 
+HINTS = ("library", "cli")
+_TUNE = "adaptation=samplers.WindowAdaptation()"
+
+
+def fixes(*, adapted: bool, hints: str = "library", nested: bool = False) -> dict[str, str]:
+    """The fix of each criterion (`Reason.fix`) for a run that did or did not run an
+    adaptation, naming `samplers.run`'s arguments (`hints="library"`) or the command
+    line's flags (`hints="cli"`). Keys: "rhat", "ess", "divergences", "acceptance_low",
+    "acceptance_high".
+
+    Example:
+        >>> from samplers.driver._verdict import fixes
+        >>> fix = fixes(adapted=False)["divergences"]   # no adaptation ran: suggest one
+        >>> fix.startswith("smaller step size"), "adaptation=samplers.WindowAdaptation()" in fix
+        (True, True)
+        >>> "adaptation" in fixes(adapted=True)["rhat"].replace("a longer adaptation", "")
+        False
+        >>> print(fixes(adapted=True, hints="cli")["ess"])
+        more sampling steps (--steps) or chains (--chains)
+    """
+    if hints not in HINTS:
+        raise SamplerError(f'hints must be "library" or "cli", got {hints!r}.')
+    start = "the chains have not forgotten their start: "
+    if hints == "cli":
+        superchains = "" if nested else " (with many short chains: --superchain-size K)"
+        if adapted:
+            return {
+                "rhat": start + "more tuning steps (--warmup) or sampling steps (--steps)"
+                + superchains,
+                "ess": "more sampling steps (--steps) or chains (--chains)",
+                "divergences": "smaller step size: more tuning steps (--warmup), another "
+                "metric (--metric) or sampler (--sampler)",
+                "acceptance_low": "smaller step size: more tuning steps (--warmup), another "
+                "metric (--metric) or sampler (--sampler)",
+                "acceptance_high": "larger step size: more tuning steps (--warmup)",
+            }  # fmt: skip
+        return {
+            "rhat": start + "longer warmup (--warmup) or tuning (--adaptation default)"
+            + superchains,
+            "ess": "more sampling steps (--steps) or chains (--chains), or a tuned kernel "
+            "(--adaptation default)",
+            "divergences": "smaller step size: tune it (--adaptation default)",
+            "acceptance_low": "smaller step size: tune it (--adaptation default)",
+            "acceptance_high": "larger step size: tune it (--adaptation default)",
+        }  # fmt: skip
+    superchains = "" if nested else " (with many short chains, use superchains: superchain_size=)"
+    if adapted:
+        smaller = (
+            "smaller step size: a higher target acceptance for the adaptation (its "
+            "target_acceptance=, e.g. 0.9) or a longer adaptation"
+        )
+        return {
+            "rhat": start + "a longer adaptation (its num_steps=; num_steps1= for LAPS), "
+            "warmup steps after it (num_warmup=) or more sampling steps (num_steps=)"
+            + superchains,
+            "ess": "more sampling steps (num_steps=) or chains (rows of positions)",
+            "divergences": smaller,
+            "acceptance_low": smaller,
+            "acceptance_high": "larger step size: a lower target acceptance for the "
+            "adaptation (its target_acceptance=) or a longer adaptation",
+        }  # fmt: skip
+    smaller = (
+        f"smaller step size (the sampler's step_size=), or an adaptation, which tunes it ({_TUNE})"
+    )
+    return {
+        "rhat": start + f"longer warmup (num_warmup=) or an adaptation ({_TUNE})" + superchains,
+        "ess": "more sampling steps (num_steps=) or chains (rows of positions), or a tuned "
+        f"kernel ({_TUNE})",
+        "divergences": smaller,
+        "acceptance_low": smaller,
+        "acceptance_high": "larger step size (step_size=) or more integration steps, or an "
+        f"adaptation, which tunes them ({_TUNE})",
+    }  # fmt: skip
+
+
 def _extreme(values: Any, pick: Any) -> np.floating:
     """The max or min over every leaf, in the leaves' own precision (NaN if any is NaN)."""
     leaves = [np.ravel(np.asarray(v)) for v in jax.tree.leaves(values)]
@@ -239,6 +321,8 @@ def judge(
     adjusted: bool = True,
     nested: bool = False,
     num_transitions: int | None = None,
+    adapted: bool = False,
+    hints: str = "library",
 ) -> Verdict:
     """Apply the rule of this module to a run's numbers.
 
@@ -251,6 +335,9 @@ def judge(
         nested: `rhat` is nested R-hat (superchains), only for the wording.
         num_transitions: the transitions `num_divergent` counts (chains x steps), for the
             divergence rate; None reports the count alone.
+        adapted: an adaptation tuned the kernel: the fixes then do not suggest one.
+        hints: the fixes name `samplers.run`'s arguments ("library") or the command line's
+            flags ("cli"); see `fixes`.
 
     Returns:
         A `Verdict`.
@@ -259,10 +346,15 @@ def judge(
         >>> from samplers.driver._verdict import judge
         >>> judge(rhat=[1.001], ess=[2000.0], acceptance=0.8, num_divergent=0).line
         'CONVERGED (max R-hat 1.0010 < 1.01, min ESS 2000 >= 400, 0 divergent, acceptance 0.800)'
-        >>> print(judge(rhat=[1.001], ess=[2000.0], acceptance=0.0, num_divergent=12))
+        >>> v = judge(rhat=[1.001], ess=[2000.0], acceptance=0.0, num_divergent=12)
+        >>> print(v.line)
         NOT CONVERGED: 12 divergent transitions; acceptance 0.000 < 0.05
-          - 12 divergent transitions: smaller step size (or an adaptation, which tunes it)
-          - acceptance 0.000 < 0.05: smaller step size (or an adaptation, which tunes it)
+        >>> print(v.lines()[1])  # doctest: +ELLIPSIS
+          - 12 divergent transitions: smaller step size (the sampler's step_size=), or an ...
+        >>> v = judge(rhat=[1.2], ess=[2000.0], acceptance=0.8, num_divergent=0, adapted=True,
+        ...           nested=True, hints="cli")   # after an adaptation, for the CLI
+        >>> print(v.reasons[0].fix)  # doctest: +ELLIPSIS
+        the chains have not forgotten their start: more tuning steps (--warmup) or ...
         >>> judge(rhat=[1.001], ess=[2000.0], acceptance=0.8, num_divergent=12,
         ...       num_transitions=12800).line
         'NOT CONVERGED: 12 divergent transitions (0.094% of 12,800)'
@@ -270,47 +362,25 @@ def judge(
     name = "nested R-hat" if nested else "R-hat"
     max_rhat, min_ess = _extreme(rhat, np.max), _extreme(ess, np.min)
     acceptance, num_divergent = float(acceptance), int(num_divergent)
-    tune = "smaller step size (or an adaptation, which tunes it)"
+    fix = fixes(adapted=adapted, hints=hints, nested=nested)
     reasons = []
     if not _below(max_rhat, RHAT_MAX):  # NaN fails too
         reasons.append(
-            Reason(
-                "rhat",
-                max_rhat,
-                f"max {name} {max_rhat:.4f} >= {RHAT_MAX}",
-                "the chains have not forgotten their start: longer warmup or an adaptation"
-                + ("" if nested else " (with many short chains, use superchains)"),
-            )
+            Reason("rhat", max_rhat, f"max {name} {max_rhat:.4f} >= {RHAT_MAX}", fix["rhat"])
         )
     if _below(min_ess, ESS_MIN) or np.isnan(min_ess):
-        reasons.append(
-            Reason(
-                "ess",
-                min_ess,
-                f"min ESS {min_ess:.0f} < {ESS_MIN:.0f}",
-                "more sampling steps or chains (or a better-tuned kernel)",
-            )
-        )
+        reasons.append(Reason("ess", min_ess, f"min ESS {min_ess:.0f} < {ESS_MIN:.0f}", fix["ess"]))
     if num_divergent > 0:
         problem = f"{num_divergent} divergent transitions"
         if num_transitions is not None:
             problem += f" ({divergence_rate(num_divergent, num_transitions)})"
-        reasons.append(Reason("divergences", num_divergent, problem, tune))
+        reasons.append(Reason("divergences", num_divergent, problem, fix["divergences"]))
     if adjusted and not acceptance >= ACCEPTANCE_MIN:
-        reasons.append(
-            Reason(
-                "acceptance", acceptance, f"acceptance {acceptance:.3f} < {ACCEPTANCE_MIN}", tune
-            )  # fmt: skip
-        )
+        problem = f"acceptance {acceptance:.3f} < {ACCEPTANCE_MIN}"
+        reasons.append(Reason("acceptance", acceptance, problem, fix["acceptance_low"]))
     elif adjusted and acceptance > ACCEPTANCE_MAX:
-        reasons.append(
-            Reason(
-                "acceptance",
-                acceptance,
-                f"acceptance {acceptance:.3f} > {ACCEPTANCE_MAX}",
-                "larger step size or more integration steps (or an adaptation)",
-            )
-        )
+        problem = f"acceptance {acceptance:.3f} > {ACCEPTANCE_MAX}"
+        reasons.append(Reason("acceptance", acceptance, problem, fix["acceptance_high"]))
     accepted = f", acceptance {acceptance:.3f}" if adjusted else ""
     checked = (
         f"max {name} {max_rhat:.4f} < {RHAT_MAX}, min ESS {min_ess:.0f} >= {ESS_MIN:.0f}, "
@@ -319,8 +389,19 @@ def judge(
     return Verdict(not reasons, tuple(reasons), checked)
 
 
-def verdict_of(result: Any) -> Verdict:
-    """The `Verdict` of a `samplers.Result` (nested R-hat when it used superchains).
+def adapted(result: Any) -> bool:
+    """Whether an adaptation tuned `result`'s kernel: `result.adapted` when it says,
+    else whether it carries an adaptation's info."""
+    ran = getattr(result, "adapted", None)
+    if ran is None:
+        return getattr(result, "adaptation_info", None) is not None
+    return bool(ran)
+
+
+def verdict_of(result: Any, hints: str = "library") -> Verdict:
+    """The `Verdict` of a `samplers.Result` (nested R-hat when it used superchains), its
+    fixes fitting whether an adaptation ran and naming the library's arguments or the
+    command line's flags (`hints`, see `fixes`).
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -340,6 +421,8 @@ def verdict_of(result: Any) -> Verdict:
         adjusted=getattr(type(result.sampler), "adjusted", True),
         nested=nested,
         num_transitions=num_transitions(result),
+        adapted=adapted(result),
+        hints=hints,
     )
 
 
