@@ -13,7 +13,7 @@ Example:
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
 from . import random, targets
 from ._compilation_cache import default_cache_dir, enable_compilation_cache
-from ._errors import SamplerError, SamplerTypeError
+from ._errors import PrecisionWarning, SamplerError, SamplerTypeError
 from .adaptation import (
     LAPS,
     MEADS,
@@ -86,6 +86,7 @@ __all__ = [
     "ChainMoments",
     "Verdict",
     "ConvergenceWarning",
+    "PrecisionWarning",
     # writing kernels
     "Sampler",
     "State",

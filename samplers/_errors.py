@@ -39,3 +39,23 @@ class SamplerTypeError(SamplerError, enn.EnsembleTypeError):
         ...     print(type(err).__name__, err)
         SamplerTypeError num_steps must be an int >= 1, got 2.5.
     """
+
+
+class PrecisionWarning(UserWarning):
+    """Emitted by `samplers.run` when float64 positions (numpy float64 arrays) meet JAX's
+    default float32 (`jax_enable_x64` off): JAX converts them, so the run samples in
+    float32. The message names the leaf; the fix is
+    `jax.config.update("jax_enable_x64", True)` before creating any arrays (to sample in
+    float64), or float32 positions (to say float32 is meant).
+
+    Example:
+        >>> import warnings, jax, numpy as np, samplers
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     _ = samplers.run(samplers.MALA(0.5), lambda x: -0.5 * (x**2).sum(),
+        ...                      np.zeros((8, 2)), key=jax.random.key(0), num_steps=2,
+        ...                      progress=False)
+        >>> print(next(w for w in seen if w.category is samplers.PrecisionWarning).message)
+        ... # doctest: +ELLIPSIS
+        positions has dtype float64, but jax_enable_x64 is off: it is sampled in float32...
+    """

@@ -217,6 +217,55 @@ class FlatTarget(eqx.Module):
         return getattr(self.logdensity, "reference", None)
 
 
+def float64_leaves(tree: Any) -> list[str]:
+    """The names of `tree`'s leaves that hold float64 (numpy arrays and scalars, Python
+    floats) while JAX computes in float32 (`jax_enable_x64` off), which `jnp.asarray`
+    converts to float32 without a word; empty with x64 on.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> from samplers.driver._flat import float64_leaves
+        >>> float64_leaves({"a": np.zeros((4, 2)), "b": np.zeros(4, np.float32), "c": jnp.ones(4)})
+        ['a']
+        >>> float64_leaves(np.zeros((4, 2)))  # a plain array: the root, named "x"
+        ['x']
+    """
+    if jax.dtypes.canonicalize_dtype(np.float64) == np.float64:
+        return []  # x64 on: float64 stays float64
+    names = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array):
+            continue  # already JAX's: float32 unless x64 is on
+        dtype = np.float64 if isinstance(leaf, float) else getattr(leaf, "dtype", None)
+        if dtype is not None and np.dtype(dtype) == np.float64:
+            names.append(path_name(path))
+    return names
+
+
+def float64_message(names: list[str], plain: bool, what: str = "positions") -> str:
+    """The `PrecisionWarning` about the float64 leaves `names` (`plain`: `what` is one
+    array, not a pytree).
+
+    Example:
+        >>> from samplers.driver._flat import float64_message
+        >>> print(float64_message(["theta", "mu"], plain=False).splitlines()[0])
+        positions leaves 'theta', 'mu' have dtype float64, but jax_enable_x64 is off: they are sampled in float32.
+    """  # noqa: E501
+    if plain:
+        subject, verb, pronoun = what, "has", "it is"
+    elif len(names) == 1:
+        subject, verb, pronoun = f"{what} leaf {names[0]!r}", "has", "it is"
+    else:
+        quoted = ", ".join(repr(n) for n in names)
+        subject, verb, pronoun = f"{what} leaves {quoted}", "have", "they are"
+    return (
+        f"{subject} {verb} dtype float64, but jax_enable_x64 is off: {pronoun} sampled in "
+        'float32.\n  fix: call jax.config.update("jax_enable_x64", True) before creating '
+        "any arrays to sample in float64, or pass float32 positions (x.astype(np.float32)) "
+        "to sample in float32 without this warning."
+    )
+
+
 def flatten_target(logdensity: Callable, positions: Any) -> tuple[Any, Any, Structure, Structure]:
     """`(flat logdensity, flat positions, position structure, observable structure)`.
 

@@ -13,11 +13,12 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import checkpoint
+from .._errors import PrecisionWarning
 from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler
 from ..targets import Target
 from ._finalise import finalise
-from ._flat import flatten_target
+from ._flat import flatten_target, float64_leaves, float64_message
 from ._loop import Sampled, chunk_loop, save
 from ._prepare import prepare
 from ._progress import Progress
@@ -70,7 +71,9 @@ def run(
         sampler: the kernel (`None` if the adaptation builds its own, as LAPS can).
         logdensity: a callable `position -> log density`, or a target module; a target's
             `reference` moments are used for `bias_squared` when `reference` is None.
-        positions: initial positions, `(num_chains, dim)`.
+        positions: initial positions, `(num_chains, dim)`. float64 positions (numpy's
+            default) are sampled in float32 unless `jax_enable_x64` is on: a
+            `samplers.PrecisionWarning` then names them and the fix.
         key: the run's PRNG key.
         num_steps: sampling steps after warmup/adaptation; moments cover these.
         num_warmup: steps run and discarded before sampling (besides any adaptation).
@@ -125,6 +128,7 @@ def run(
     """
     check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
     check_key(key)
+    wide = float64_leaves(positions)  # before JAX converts them to float32
     positions = jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x,
                              positions)  # fmt: skip
     if reference is None:
@@ -132,6 +136,9 @@ def run(
     # Ravel once: from here on the chains are flat vectors (see _flat.py).
     user = logdensity
     logdensity, positions, position, observed = flatten_target(user, positions)
+    if wide:
+        root = jax.tree_util.treedef_is_leaf(position.treedef)  # one array, not a pytree
+        warnings.warn(PrecisionWarning(float64_message(wide, plain=root)), stacklevel=2)
     observed = observed if _has_observable(user) else None
     check_finite(positions)
     check_logdensity(user, position.one_chain())
