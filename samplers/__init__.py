@@ -67,15 +67,6 @@ from .kernels import (
 )
 
 
-def __getattr__(name: str):
-    # Deprecated module locations, importable for one release (with a warning).
-    if name == "isokinetic":
-        import importlib
-
-        return importlib.import_module(".isokinetic", __name__)
-    raise AttributeError(f"module 'samplers' has no attribute {name!r}")
-
-
 __all__ = [
     # the driver and its result
     "run",

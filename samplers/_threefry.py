@@ -1,5 +1,5 @@
-"""Threefry-2x32, unrolled: `jax.random`'s keys, uniforms and normals (public as
-`samplers.random`), and per-walker uniforms.
+"""Threefry-2x32, unrolled: the implementation behind `samplers.random`, the one module
+the rest of the package imports (nothing else imports this one).
 
 `jax.random` lowers Threefry on CPU as a rolled loop of five iterations, whose fixed cost
 per iteration dominates when a step needs a few numbers for each of a few hundred chains
@@ -7,18 +7,18 @@ per iteration dominates when a step needs a few numbers for each of a few hundre
 hash was ~60 % of a 100-d normal draw for 512 chains). Written out as straight-line integer
 arithmetic the same hash fuses into one kernel.
 
-`fold_in`, `split` and `uniform` give the very bits of their `jax.random` namesakes, and
-`normal` applies JAX's own transform to those uniforms (tests compare them), so the driver
-and the kernels use them without changing any stream. `uniforms` is this module's own
-stream (counters `0, 1, ...` under the walker's key), not `jax.random.uniform`'s: what
-matters is that each walker's numbers depend only on its key, never on the batch it is
-computed in (integer arithmetic is exact).
+`fold_in`, `split`, `uniform`, `bernoulli` and `randint` give the very bits of their
+`jax.random` namesakes, and `normal` applies JAX's own transform to those uniforms (tests
+compare them), so the driver and the kernels use them without changing any stream.
+`uniforms` is this module's own stream (counters `0, 1, ...` under the walker's key), not
+`jax.random.uniform`'s: what matters is that each walker's numbers depend only on its key,
+never on the batch it is computed in (integer arithmetic is exact).
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray, UInt32
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, UInt32
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -124,6 +124,69 @@ def normal(
     return jnp.float32(np.sqrt(2)) * jax.lax.erf_inv(u)
 
 
+def bernoulli(
+    key: PRNGKeyArray, p: float | Array = 0.5, shape: tuple[int, ...] | None = None
+) -> Bool[Array, "..."]:
+    """`jax.random.bernoulli(key, p, shape)`, bit for bit: `uniform(key, shape) < p` in
+    `p`'s dtype, as JAX draws it (its default `mode="low"`), the uniform as one fused kernel
+    for a float32 `p` and a Threefry key (anything else goes to `jax.random`).
+
+    Example:
+        >>> import jax, numpy as np, samplers
+        >>> key = jax.random.key(3)
+        >>> mine = samplers.random.bernoulli(key, 0.3, (6,))
+        >>> bool(np.array_equal(mine, jax.random.bernoulli(key, 0.3, (6,))))
+        True
+    """
+    dtype = jnp.result_type(p)
+    if dtype != jnp.float32:
+        return jax.random.bernoulli(key, p, shape)
+    p = jnp.asarray(p, dtype)
+    return uniform(key, p.shape if shape is None else tuple(shape), dtype) < p
+
+
+def randint(
+    key: PRNGKeyArray,
+    shape: tuple[int, ...],
+    minval: int | Array,
+    maxval: int | Array,
+    dtype: jnp.dtype | None = None,
+) -> Int[Array, "..."]:
+    """`jax.random.randint(key, shape, minval, maxval, dtype)` in `[minval, maxval)`, bit
+    for bit, with the bits as one fused kernel for an int32 draw with int32 bounds from a
+    Threefry key (anything else, such as the int64 default under `jax_enable_x64`, goes to
+    `jax.random`).
+
+    JAX's method, exactly: two 32-bit words per number (from the two keys of
+    `split(key)`), reduced modulo the span in unsigned integer arithmetic.
+
+    Example:
+        >>> import jax, numpy as np, samplers
+        >>> key = jax.random.key(3)
+        >>> mine = samplers.random.randint(key, (6,), 1, 10)
+        >>> bool(np.array_equal(mine, jax.random.randint(key, (6,), 1, 10)))
+        True
+    """
+    shape = tuple(shape)
+    lo, hi = jnp.asarray(minval), jnp.asarray(maxval)
+    int32 = jax.dtypes.canonicalize_dtype(int if dtype is None else dtype) == jnp.int32
+    bounds32 = lo.dtype == jnp.int32 and hi.dtype == jnp.int32
+    if not (int32 and bounds32 and _draws_here(key, shape, jnp.float32)):
+        return jax.random.randint(key, shape, minval, maxval, dtype)
+    # The int32 case of JAX's `_randint`: the clipping to the dtype's range is the
+    # identity for int32 bounds, and `maxval` cannot lie past it.
+    lo, hi = jnp.broadcast_to(lo, shape), jnp.broadcast_to(hi, shape)
+    key_high, key_low = split(key)
+    higher_bits, lower_bits = _bits32(key_high, shape), _bits32(key_low, shape)
+    span = jax.lax.convert_element_type(hi - lo, jnp.uint32)
+    span = jnp.where(hi <= lo, jnp.ones_like(span), span)  # an empty range gives minval
+    # 2**32 % span as (2**16 % span)**2 % span, in uint32 (wrapping) as JAX does.
+    multiplier = jax.lax.rem(jnp.full_like(span, 2**16), span)
+    multiplier = jax.lax.rem(multiplier * multiplier, span)
+    offset = jax.lax.rem(higher_bits, span) * multiplier + jax.lax.rem(lower_bits, span)
+    return lo + jax.lax.convert_element_type(jax.lax.rem(offset, span), jnp.int32)
+
+
 def _unit_floats(key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
     # As `jax.random.uniform` does it: the top 23 bits as the mantissa of a float in [1, 2).
     mantissa = (_bits32(key, shape) >> np.uint32(9)) | np.uint32(0x3F800000)
@@ -168,11 +231,13 @@ def _is_threefry(key: PRNGKeyArray) -> bool:
 
 
 def uniforms(key: PRNGKeyArray, n: int, dtype: jnp.dtype = jnp.float32) -> Float[Array, " n"]:
-    """`n` uniforms in `[0, 1)` from one key (float32 resolution, 2^-23).
+    """`n` uniforms in `[0, 1)` from one key (float32 resolution, 2^-23): this module's own
+    stream (the hash of the counters `0, 1, ...` under the key), not `jax.random.uniform`'s.
+    A key's numbers depend only on that key, never on the batch they are computed in.
 
     Example:
-        >>> import jax, samplers._threefry as tf
-        >>> u = tf.uniforms(jax.random.key(0), 3)
+        >>> import jax, samplers
+        >>> u = samplers.random.uniforms(jax.random.key(0), 3)
         >>> u.shape, bool(((u >= 0) & (u < 1)).all())
         ((3,), True)
     """
@@ -188,6 +253,13 @@ def uniforms(key: PRNGKeyArray, n: int, dtype: jnp.dtype = jnp.float32) -> Float
 
 def normals(u: Float[Array, " n"]) -> Float[Array, " n"]:
     """Standard normals from uniforms of `uniforms` (the inverse CDF, at the midpoint of
-    each 2^-23 cell, so never at 0 or 1)."""
+    each 2^-23 cell, so never at 0 or 1).
+
+    Example:
+        >>> import jax, numpy as np, samplers
+        >>> z = samplers.random.normals(samplers.random.uniforms(jax.random.key(0), 1000))
+        >>> bool(np.isfinite(z).all()), bool(abs(float(z.mean())) < 0.2)
+        (True, True)
+    """
     middle = u + jnp.asarray(2.0**-24, u.dtype)
     return jnp.asarray(np.sqrt(2.0), u.dtype) * jax.lax.erf_inv(2 * middle - 1)

@@ -10,7 +10,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..kernels import Info, Logdensity, Sampler, State, step_chain
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
@@ -161,7 +161,7 @@ class EnsembleAdaptation(Adaptation):
 
         def body(carry: tuple) -> tuple:
             t, sampler, state, adaptation_state, excluded, grads, history = carry
-            state, info = step_chain(sampler, logdensity, state, _threefry.fold_in(key, t))
+            state, info = step_chain(sampler, logdensity, state, random.fold_in(key, t))
             means, bad = finite_chain_mean(self.statistics(sampler, state, info))
             sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)
             grads = grads + info.num_grads

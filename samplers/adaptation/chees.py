@@ -23,7 +23,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad, velocity
 from ..kernels import (
     DIVERGENCE_THRESHOLD,
@@ -137,7 +137,7 @@ class _ChEESKernel(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, _ChEESInfo]:
-        key_momentum, key_accept = _threefry.split(key)
+        key_momentum, key_accept = random.split(key)
         h = self.time_scale(state.count)
         length = h * self.trajectory_length / self.step_size
         num_steps = jnp.clip(jnp.ceil(length), 1, self.max_num_steps).astype(jnp.int32)
@@ -359,10 +359,10 @@ class ChEES(EnsembleAdaptation):
         )
         # Non-finite chains: excluded from the first step's means, then restarted at healthy
         # chains' positions; once healthy, an HMC chain never accepts a non-finite proposal.
-        restart_key = _threefry.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
+        restart_key = random.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
         bad_before = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
         state, restarted = restart_unhealthy(
-            kernel, logdensity, state, _threefry.fold_in(restart_key, 0)
+            kernel, logdensity, state, random.fold_in(restart_key, 0)
         )
         kernel, state, info = super().run(kernel, logdensity, state, key)
         tuned = HMC(
@@ -374,7 +374,7 @@ class ChEES(EnsembleAdaptation):
         )
         bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
         state, restarted_after = restart_unhealthy(
-            tuned, logdensity, state, _threefry.fold_in(restart_key, 1)
+            tuned, logdensity, state, random.fold_in(restart_key, 1)
         )
         return (
             tuned,

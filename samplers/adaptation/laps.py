@@ -32,8 +32,8 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
 from .. import diagnostics as diag
+from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ..integrators.isokinetic import IntegratorName, get_integrator
 from ..kernels import (
@@ -433,7 +433,7 @@ class LAPS(Adaptation):
             integrator=self.burn_in_integrator,
         )
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
-        state, info = step_chain(kernel, logdensity, c.state, _threefry.fold_in(key, c.t))
+        state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, c.t))
         x, g = state.position, state.grad
         x2 = x * x
         energy = info.energy_change.astype(x.dtype)
@@ -608,7 +608,7 @@ class LAPS(Adaptation):
     ) -> tuple[_Phase2, tuple[Array, Array, Array | None]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
-        state, info = step_chain(kernel, logdensity, c.state, _threefry.fold_in(key, t))
+        state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, t))
         means, bad = finite_chain_mean(
             {"acceptance": info.acceptance_rate, "x2": state.position * state.position}
         )
@@ -660,7 +660,7 @@ class LAPS(Adaptation):
         """Phases 0-2 for one chain (inside `ensemble_map`); see the class docstring."""
         x0 = state.position
         dim, dtype = x0.shape[-1], x0.dtype
-        k1, k2, k_init = _threefry.split(key, 3)
+        k1, k2, k_init = random.split(key, 3)
 
         state, excluded0 = self._equipartition_velocity(state)
         p1 = self._phase1(logdensity, state, k1, excluded0)

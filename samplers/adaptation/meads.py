@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..kernels import (
     GHMC,
     GHMCState,
@@ -278,10 +278,10 @@ class MEADS(EnsembleAdaptation):
         )
         # Non-finite chains: excluded from the initial statistics, then restarted at healthy
         # chains' positions; once healthy, a GHMC chain never accepts a non-finite proposal.
-        restart_key = _threefry.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
+        restart_key = random.fold_in(key, 2**31 - 1)  # not a step's fold_in(key, t)
         means, bad_before = finite_chain_mean(self.statistics(kernel, state, None))
         state, restarted = restart_unhealthy(
-            per_chain, logdensity, state, _threefry.fold_in(restart_key, 0)
+            per_chain, logdensity, state, random.fold_in(restart_key, 0)
         )
         # Step 0's hyperparameters come from the initial states of fold 0 (held in step 0).
         means, _ = finite_chain_mean(self.statistics(kernel, state, None))
@@ -291,7 +291,7 @@ class MEADS(EnsembleAdaptation):
         state = eqx.tree_at(lambda s: s.momentum, state, state.momentum * kernel.momentum_scale)
         bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
         state, restarted_after = restart_unhealthy(
-            kernel.kernel, logdensity, state, _threefry.fold_in(restart_key, 1)
+            kernel.kernel, logdensity, state, random.fold_in(restart_key, 1)
         )
         return (
             kernel.kernel,

@@ -18,7 +18,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from .._errors import SamplerTypeError
 from ..kernels import AdjustedMCLMC, Logdensity, RandomWalk, Sampler, State, resolve, step_chain
 from ._base import AdaptationInfo, finite_chain_mean
@@ -426,7 +426,7 @@ class WindowAdaptation(Adaptation):
             grads=jnp.int32(0),
             final_acceptance=jnp.float32(0.0),
         )
-        k_step, k_trial, k_restart = _threefry.split(key, 3)
+        k_step, k_trial, k_restart = random.split(key, 3)
 
         def body(c: _Carry, xs: tuple) -> tuple:
             t, in_window_t, window_start_t, window_end_t, reinit_t = xs
@@ -437,7 +437,7 @@ class WindowAdaptation(Adaptation):
                 self._kernel(sampler, jnp.exp(c.averaging.log_step_size), c.metric),
                 logdensity,
                 c.state,
-                _threefry.fold_in(k_restart, t),
+                random.fold_in(k_restart, t),
             )
             c = eqx.tree_at(
                 lambda c: (c.state, c.excluded, c.restarted),
@@ -457,7 +457,7 @@ class WindowAdaptation(Adaptation):
             eps = jnp.exp(c.averaging.log_step_size).astype(jnp.float32)
             kernel = self._kernel(sampler, eps, c.metric)
             was_healthy = is_healthy(c.state)
-            new, info = step_chain(kernel, logdensity, c.state, _threefry.fold_in(k_step, t))
+            new, info = step_chain(kernel, logdensity, c.state, random.fold_in(k_step, t))
             acc = jnp.where(was_healthy, info.acceptance_rate, jnp.nan)
             mean_acc, _ = finite_chain_mean(acc)
             iteration = c.iteration + 1
@@ -524,7 +524,7 @@ class WindowAdaptation(Adaptation):
         # Chains that are non-finite after the last step would not move while sampling.
         excluded = c.excluded + enn.chain_sum((~is_healthy(c.state)).astype(jnp.int32))
         state, restarted = restart_unhealthy(
-            tuned, logdensity, c.state, _threefry.fold_in(k_restart, self.num_steps)
+            tuned, logdensity, c.state, random.fold_in(k_restart, self.num_steps)
         )
         info = WindowAdaptationInfo(
             num_steps=jnp.int32(self.num_steps),
@@ -558,11 +558,11 @@ class WindowAdaptation(Adaptation):
         """Double or halve the step size until a trial step's ensemble-mean acceptance
         crosses the target; restart dual averaging there. Trial moves are not kept."""
         healthy = is_healthy(c.state)
-        key = _threefry.fold_in(key, t)
+        key = random.fold_in(key, t)
 
         def acceptance(log_eps: Array, i: Array) -> tuple[Array, Array]:
             kernel = self._kernel(sampler, jnp.exp(log_eps).astype(jnp.float32), c.metric)
-            _, info = step_chain(kernel, logdensity, c.state, _threefry.fold_in(key, i))
+            _, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, i))
             mean, _ = finite_chain_mean(jnp.where(healthy, info.acceptance_rate, jnp.nan))
             return mean, info.num_grads
 

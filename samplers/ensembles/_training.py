@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
-from .. import _threefry
+from .. import random
 from ._params import _num_data, _params
 
 LossFn = Callable[[PyTree, PyTree], Float[Array, ""]]
@@ -222,9 +222,7 @@ def _fit_member(
         if batch_size is not None:
             # Each member draws its own batches (from its own key): a different data order
             # per member is part of what makes the members differ.
-            idx = jax.random.choice(
-                _threefry.fold_in(key, t), num_data, (batch_size,), replace=False
-            )
+            idx = jax.random.choice(random.fold_in(key, t), num_data, (batch_size,), replace=False)
             batch = jax.tree.map(lambda a: a[idx], data)
         # In blocks of members (the ensemble_map's block_size): the same bits on any
         # number of devices.

@@ -23,8 +23,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .. import _threefry
-from .._deprecation import key_last
+from .. import random
 
 LogdensityAndGrad = Callable[[Array], tuple[Float[Array, ""], Float[Array, " dim"]]]
 InverseMassMatrix = Float[Array, ""] | Float[Array, " dim"] | Float[Array, "dim dim"] | float
@@ -104,10 +103,7 @@ def sample_momentum(
         >>> sample_momentum(jnp.zeros(3), jnp.eye(3), jax.random.key(0)).shape
         (3,)
     """
-    (position, inverse_mass_matrix), key = key_last(
-        "sample_momentum", (position, inverse_mass_matrix), key
-    )
-    z = _threefry.normal(key, jnp.shape(position), jnp.result_type(position))
+    z = random.normal(key, jnp.shape(position), jnp.result_type(position))
     inverse_mass_matrix = jnp.asarray(inverse_mass_matrix)
     if inverse_mass_matrix.ndim == 2:
         chol = jnp.linalg.cholesky(inverse_mass_matrix)

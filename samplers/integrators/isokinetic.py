@@ -34,8 +34,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .. import _threefry
-from .._deprecation import key_last
+from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ._leapfrog import value_and_grad as _value_and_grad
 
@@ -165,8 +164,7 @@ def random_unit_vector(
         >>> round(float(jnp.linalg.norm(iso.random_unit_vector(5, jax.random.key(0)))), 5)
         1.0
     """
-    (dim,), key = key_last("random_unit_vector", (dim,), key)
-    z = _threefry.normal(key, (dim,), dtype)
+    z = random.normal(key, (dim,), dtype)
     return z / jnp.linalg.norm(z)
 
 
@@ -189,12 +187,9 @@ def partially_refresh_velocity(
         >>> bool((iso.partially_refresh_velocity(u, 1.0, jnp.inf, jax.random.key(0)) == u).all())
         True
     """
-    (velocity, step_size, L), key = key_last(
-        "partially_refresh_velocity", (velocity, step_size, L), key
-    )
     dim = velocity.shape[-1]
     c = jnp.exp(-step_size / L)
-    z = _threefry.normal(key, velocity.shape, velocity.dtype)
+    z = random.normal(key, velocity.shape, velocity.dtype)
     new = c * velocity + jnp.sqrt(1.0 - c * c) * z / math.sqrt(dim)
     return new / jnp.linalg.norm(new)
 

@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from .. import _threefry
-from .._deprecation import key_last
+from .. import random
 from ..integrators import value_and_grad
 from ._base import Info, Logdensity, State
 
@@ -66,7 +65,7 @@ def jittered_steps(num_steps: Int[Array, ""], key: PRNGKeyArray) -> Int[Array, "
         >>> int(n.min()), int(n.max())
         (1, 9)
     """
-    return jax.random.randint(key, (), 1, 2 * jnp.maximum(num_steps, 1))
+    return random.randint(key, (), 1, 2 * jnp.maximum(num_steps, 1))
 
 
 def next_count(state: State) -> State:
@@ -134,8 +133,7 @@ def metropolis(
 ) -> tuple[Bool[Array, ""], Float[Array, ""]]:
     """Accept with probability `min(1, exp(log_ratio))`; NaN counts as reject.
 
-    Returns `(accept, acceptance_probability)`. (The old order `metropolis(key, log_ratio)`
-    still works for one release, with a `DeprecationWarning`.)
+    Returns `(accept, acceptance_probability)`.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -146,10 +144,9 @@ def metropolis(
         >>> bool(accept), float(prob)
         (False, 0.0)
     """
-    (log_ratio,), key = key_last("samplers.metropolis", (log_ratio,), key)
     log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
     prob = jnp.minimum(1.0, jnp.exp(log_ratio))
-    accept = jnp.log(_threefry.uniform(key)) < log_ratio
+    accept = jnp.log(random.uniform(key)) < log_ratio
     return accept, prob
 
 

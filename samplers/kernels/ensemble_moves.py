@@ -28,7 +28,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from .._errors import SamplerError
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, log_density, next_count
@@ -176,7 +176,7 @@ class _RedBlueMove(Sampler):
         # what a move spends its time on.
         dim = position.shape[-1]
         count = 3 + (dim if self.jitter else 0)
-        u = jax.vmap(lambda k: _threefry.uniforms(k, count, position.dtype))(keys)
+        u = jax.vmap(lambda k: random.uniforms(k, count, position.dtype))(keys)
         proposal = jax.vmap(self.proposal, in_axes=(0, 0, 0, None, None, None, 0))
         proposed, correction = proposal(
             u[:, 3:],
@@ -399,7 +399,7 @@ class DifferentialEvolution(_RedBlueMove):
         # k uniform over the other size - 1 walkers of the half: an offset in [1, size).
         k = (j + 1 + _index_below(u[1], size - 1)) % size
         difference = ensemble[start + j] - ensemble[start + k]
-        eps = enn.rounded(sigma * _threefry.normals(jitter))
+        eps = enn.rounded(sigma * random.normals(jitter))
         # (enn.rounded: no fused multiply-add, whose use depends on the batch width.)
         proposed = position + enn.rounded(gamma * difference) + eps
         return proposed, jnp.zeros((), position.dtype)

@@ -9,7 +9,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..integrators import InverseMassMatrix, sample_momentum, value_and_grad, velocity
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
@@ -120,7 +120,7 @@ class MALA(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, Info]:
-        key_proposal, key_accept = _threefry.split(key)
+        key_proposal, key_accept = random.split(key)
         x, count = state.position, state.count
         proposed = self.proposal(x, state.grad, count, key_proposal)
         logp, grad = value_and_grad(logdensity)(proposed)

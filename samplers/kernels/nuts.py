@@ -5,12 +5,11 @@ import numbers
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from .. import _threefry
+from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ..integrators import (
     LogdensityAndGrad,
@@ -228,7 +227,7 @@ class NUTS(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, NUTSInfo]:
-        key_momentum, key_tree = _threefry.split(key)
+        key_momentum, key_tree = random.split(key)
         dtype = jnp.result_type(state.position)
         count = state.count
         step_size = resolve(self.step_size, count).astype(dtype)
@@ -251,10 +250,10 @@ class NUTS(Sampler):
         )
 
         def double(t: _Trajectory) -> _Trajectory:
-            key_direction, key_subtree, key_merge = _threefry.split(
-                _threefry.fold_in(key_tree, t.depth), 3
+            key_direction, key_subtree, key_merge = random.split(
+                random.fold_in(key_tree, t.depth), 3
             )
-            forward = jax.random.bernoulli(key_direction)
+            forward = random.bernoulli(key_direction)
             sub = self.build_subtree(
                 value_and_grad(logdensity),
                 select(forward, t.right, t.left),
@@ -267,7 +266,7 @@ class NUTS(Sampler):
             valid = ~sub.turning & ~sub.divergent
             # Biased progressive sampling: the new subtree's draw wins w.p. min(1, W_new/W_old).
             take = valid & (
-                jnp.log(jax.random.uniform(key_merge, dtype=dtype)) < sub.log_weight - t.log_weight
+                jnp.log(random.uniform(key_merge, dtype=dtype)) < sub.log_weight - t.log_weight
             )
             left = select(valid & ~forward, sub.end, t.left)
             right = select(valid & forward, sub.end, t.right)
@@ -347,7 +346,7 @@ class NUTS(Sampler):
             log_w = jnp.where(jnp.isfinite(energy_change), -energy_change, -jnp.inf)
             log_weight = jnp.logaddexp(s.log_weight, log_w)
             # Multinomial within the subtree: the new leaf replaces the draw w.p. w / W.
-            replace = jnp.log(jax.random.uniform(_threefry.fold_in(key, n), dtype=dtype)) < (
+            replace = jnp.log(random.uniform(random.fold_in(key, n), dtype=dtype)) < (
                 log_w - log_weight
             )
             accept_prob = jnp.where(divergent, 0.0, jnp.exp(jnp.minimum(-energy_change, 0.0)))

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .. import _threefry
+from .. import random
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
 from ._transition import DIVERGENCE_THRESHOLD, log_density, metropolis_info, next_count, select
 
@@ -50,7 +50,7 @@ class RandomWalk(Sampler):
     ) -> Float[Array, " dim"]:
         """The proposed position: a Gaussian step of scale `step_size` from `position`."""
         step_size = resolve(self.step_size, count).astype(jnp.result_type(position))
-        return position + step_size * _threefry.normal(key, position.shape, position.dtype)
+        return position + step_size * random.normal(key, position.shape, position.dtype)
 
     def log_proposal_correction(
         self, position: Float[Array, " dim"], proposed: Float[Array, " dim"], count: Int[Array, ""]
@@ -66,7 +66,7 @@ class RandomWalk(Sampler):
         return State(position, log_density(logdensity, position), jnp.int32(0))
 
     def step(self, logdensity: Logdensity, state: State, key: PRNGKeyArray) -> tuple[State, Info]:
-        key_proposal, key_accept = _threefry.split(key)
+        key_proposal, key_accept = random.split(key)
         proposed = self.proposal(state.position, state.count, key_proposal)
         logp = log_density(logdensity, proposed)
         log_ratio = (

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .. import _threefry
+from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ._base import Hyper, Info, Sampler, State, hyperparameter, resolve
 from ._transition import all_finite, select
@@ -103,7 +103,8 @@ class _StochasticGradient(Sampler):
         `replace=False` to draw without replacement.
         """
         if self.replace:
-            return jax.random.randint(key, (self.batch_size,), 0, self.num_data)
+            return random.randint(key, (self.batch_size,), 0, self.num_data)
+        # Left to jax.random: its `choice` is a shuffle by repeated sorts, not drawn here.
         return jax.random.choice(key, self.num_data, (self.batch_size,), replace=False)
 
     def estimate(
@@ -161,8 +162,8 @@ class SGLD(_StochasticGradient):
     def step(self, logdensity, state: SGLDState, key: PRNGKeyArray) -> tuple[SGLDState, Info]:
         step_size = resolve(self.step_size, state.count)
         temperature = resolve(self.temperature, state.count)
-        key_noise, key_batch = _threefry.split(key)
-        noise = _threefry.normal(key_noise, state.position.shape, state.position.dtype)
+        key_noise, key_batch = random.split(key)
+        noise = random.normal(key_noise, state.position.shape, state.position.dtype)
         position = (
             state.position
             + step_size * state.grad
@@ -228,18 +229,18 @@ class SGHMC(_StochasticGradient):
     def init(self, logdensity, position: Float[Array, " dim"], key: PRNGKeyArray) -> SGHMCState:
         """Start at `position` with momentum drawn from its stationary law at step 0."""
         position = jnp.asarray(position)
-        key_batch, key_momentum = _threefry.split(key)
+        key_batch, key_momentum = random.split(key)
         logp, grad = self.estimate(logdensity, position, key_batch)
         scale = jnp.sqrt(resolve(self.step_size, 0) * resolve(self.temperature, 0))
-        momentum = scale * _threefry.normal(key_momentum, position.shape, position.dtype)
+        momentum = scale * random.normal(key_momentum, position.shape, position.dtype)
         return SGHMCState(position, logp, jnp.zeros((), jnp.int32), grad, momentum)
 
     def step(self, logdensity, state: SGHMCState, key: PRNGKeyArray) -> tuple[SGHMCState, Info]:
         eta = resolve(self.step_size, state.count)
         alpha = resolve(self.friction, state.count)
         temperature = resolve(self.temperature, state.count)
-        key_noise, key_batch = _threefry.split(key)
-        noise = _threefry.normal(key_noise, state.position.shape, state.position.dtype)
+        key_noise, key_batch = random.split(key)
+        noise = random.normal(key_noise, state.position.shape, state.position.dtype)
         momentum = (
             (1.0 - alpha) * state.momentum
             + eta * state.grad

@@ -63,7 +63,7 @@ def run_chains(kernel, logdensity, positions, key, num_steps, mesh=None, record=
 def test_velocity_update_solves_the_isokinetic_ode_and_keeps_unit_norm():
     with jax.enable_x64(True):
         key_u, key_g = jax.random.split(jax.random.key(0))
-        u = iso.random_unit_vector(key_u, DIM, jnp.float64)
+        u = iso.random_unit_vector(DIM, key_u, jnp.float64)
         grad = 3.0 * jax.random.normal(key_g, (DIM,), jnp.float64)
         imm = jnp.linspace(0.5, 2.0, DIM, dtype=jnp.float64)
         g = jnp.sqrt(imm) * grad
@@ -107,7 +107,7 @@ def test_integrators_keep_unit_velocity_and_count_gradients(name, grads):
 
     x = jnp.ones(DIM)
     state = iso.IntegratorState(
-        x, iso.random_unit_vector(jax.random.key(1), DIM), banana(x), jax.grad(banana)(x)
+        x, iso.random_unit_vector(DIM, jax.random.key(1)), banana(x), jax.grad(banana)(x)
     )
     calls.clear()
     iso.get_integrator(name)(banana, state, 0.1)  # eager: counts evaluations

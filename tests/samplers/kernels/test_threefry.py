@@ -1,10 +1,12 @@
-"""samplers._threefry: the unrolled Threefry-2x32 hash and the uniforms drawn from it."""
+"""samplers.random's Threefry path: the unrolled Threefry-2x32 hash behind it, `jax.random`'s
+numbers bit for bit, and the walkers' own uniforms."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import samplers._threefry as tf
+import samplers.random as tf
+from samplers._threefry import threefry2x32  # the private hash, for its known answers
 
 # Known-answer vectors of Threefry-2x32 with 20 rounds (Random123's kat_vectors):
 # (key, counter) -> output.
@@ -17,7 +19,7 @@ KAT = [
 
 def test_known_answers():
     for key, (c0, c1), expected in KAT:
-        out = tf.threefry2x32(
+        out = threefry2x32(
             jnp.asarray(key, jnp.uint32),
             jnp.asarray([c0], jnp.uint32),
             jnp.asarray([c1], jnp.uint32),
@@ -150,4 +152,79 @@ def test_normal_and_uniform_fall_back_for_other_keys_and_dtypes():
 def test_unrolled_draws_lower_to_no_loop():
     key = jax.random.key(0)
     ours = jax.jit(lambda k: (tf.normal(k, (100,)), tf.uniform(k))).lower(key).as_text()
+    assert "while" not in ours
+
+
+def test_bernoulli_and_randint_are_jax_randoms_numbers():
+    """NUTS's direction coin and the jittered path lengths (HMC, AdjustedMCLMC) and SG-MCMC
+    minibatches draw with these, so they must be JAX's very numbers: alone and under
+    jit(vmap), for spans that are and are not powers of 2, an empty range, negative and
+    array bounds and the full int32 range."""
+    keys = jax.random.split(jax.random.key(20261205), 64)
+    cases = [
+        ((), 1, 10),
+        ((7,), 0, 37),
+        ((3, 4), -5, 3),
+        ((5,), 0, 2**16),
+        ((5,), 4, 4),  # empty: minval
+        ((5,), 9, 2),  # maxval < minval: minval
+        ((6,), jnp.int32(-(2**31)), jnp.int32(2**31 - 1)),
+        ((4,), jnp.arange(4, dtype=jnp.int32), 3 * jnp.arange(1, 5, dtype=jnp.int32)),
+    ]
+    for shape, lo, hi in cases:
+        ours = jax.jit(jax.vmap(lambda k, s=shape, a=lo, b=hi: tf.randint(k, s, a, b)))(keys)
+        theirs = jax.vmap(lambda k, s=shape, a=lo, b=hi: jax.random.randint(k, s, a, b))(keys)
+        assert ours.dtype == theirs.dtype == jnp.int32
+        np.testing.assert_array_equal(ours, theirs, err_msg=str(shape))
+        np.testing.assert_array_equal(tf.randint(keys[3], shape, lo, hi), theirs[3])
+    traced = jax.jit(jax.vmap(lambda k, n: tf.randint(k, (), 1, 2 * n)))
+    n = jnp.arange(1, 65, dtype=jnp.int32)
+    want = jax.vmap(lambda k, n: jax.random.randint(k, (), 1, 2 * n))(keys, n)
+    np.testing.assert_array_equal(traced(keys, n), want)
+    for p, shape in [(0.5, None), (0.3, (9,)), (np.float32(0.9), (2, 3)), (jnp.full(5, 0.2), None)]:
+        ours = jax.jit(jax.vmap(lambda k, p=p, s=shape: tf.bernoulli(k, p, s)))(keys)
+        theirs = jax.vmap(lambda k, p=p, s=shape: jax.random.bernoulli(k, p, s))(keys)
+        np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_array_equal(tf.bernoulli(keys[0], p, shape), theirs[0])
+    assert 0.4 < float(jax.vmap(tf.bernoulli)(keys).mean()) < 0.6  # real draws
+
+
+def test_bernoulli_and_randint_fall_back_for_other_keys_and_dtypes():
+    """int64 and 8-bit draws, float64 and bfloat16 probabilities, other key implementations
+    and the non-partitionable mode go to jax.random (the same numbers as there)."""
+    key = jax.random.key(2)
+    with jax.enable_x64(True):  # the default int is int64 and a Python float float64 here
+        np.testing.assert_array_equal(
+            tf.randint(key, (4,), 0, 10), jax.random.randint(key, (4,), 0, 10)
+        )
+        np.testing.assert_array_equal(
+            tf.bernoulli(key, 0.3, (4,)), jax.random.bernoulli(key, 0.3, (4,))
+        )
+        ours = tf.randint(key, (4,), 0, 10, jnp.int32)
+        np.testing.assert_array_equal(ours, jax.random.randint(key, (4,), 0, 10, jnp.int32))
+    np.testing.assert_array_equal(
+        tf.randint(key, (4,), 0, 100, jnp.int8), jax.random.randint(key, (4,), 0, 100, jnp.int8)
+    )
+    p = jnp.asarray(0.3, jnp.bfloat16)
+    np.testing.assert_array_equal(tf.bernoulli(key, p, (4,)), jax.random.bernoulli(key, p, (4,)))
+    for other in (jax.random.key(2, impl="rbg"), jax.random.PRNGKey(2)):
+        np.testing.assert_array_equal(
+            tf.randint(other, (4,), 0, 10), jax.random.randint(other, (4,), 0, 10)
+        )
+        np.testing.assert_array_equal(
+            tf.bernoulli(other, 0.3, (4,)), jax.random.bernoulli(other, 0.3, (4,))
+        )
+    before = jax.config.jax_threefry_partitionable
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        np.testing.assert_array_equal(
+            tf.randint(key, (4,), 0, 10), jax.random.randint(key, (4,), 0, 10)
+        )
+    finally:
+        jax.config.update("jax_threefry_partitionable", before)
+
+
+def test_unrolled_integers_lower_to_no_loop():
+    key = jax.random.key(0)
+    ours = jax.jit(lambda k: (tf.randint(k, (8,), 0, 37), tf.bernoulli(k))).lower(key).as_text()
     assert "while" not in ours
