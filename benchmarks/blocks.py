@@ -79,7 +79,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     mesh = mesh_for(args.num_devices)
     every = {
         "mclmc": ("MCLMC", samplers.MCLMC(step_size=h_mclmc, L=5.0)),
-        "hmc": ("HMC (10 leapfrog)", samplers.HMC(step_size=h_hmc, num_integration_steps=10)),
+        "hmc": (
+            "HMC (10 leapfrog)",
+            samplers.HMC(step_size=h_hmc, num_integration_steps=10, jitter=False),
+        ),
     }
     kernels = dict(every[k.strip()] for k in args.kernels.split(","))
     records: list[dict] = []

@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def kernels() -> dict[str, Any]:
     return {
         "MALA": samplers.MALA(step_size=0.1),
-        "HMC (10 leapfrog)": samplers.HMC(step_size=0.1, num_integration_steps=10),
+        "HMC (10 leapfrog)": samplers.HMC(step_size=0.1, num_integration_steps=10, jitter=False),
         "MCLMC (McLachlan)": samplers.MCLMC(step_size=0.5, L=5.0),
         "AdjustedMCLMC (5 McLachlan)": samplers.AdjustedMCLMC(
             step_size=0.5, num_integration_steps=5

@@ -78,7 +78,10 @@ def run(args: argparse.Namespace) -> list[dict]:
         jax.random.normal(jax.random.key(args.seed), (chains, dim)) * 0.1,
         NamedSharding(mesh, P("chains")),
     )
-    kernel = samplers.HMC(step_size=args.step_size, num_integration_steps=args.leapfrog)
+    # A fixed path, as BlackJAX's: the same workload on both sides.
+    kernel = samplers.HMC(
+        step_size=args.step_size, num_integration_steps=args.leapfrog, jitter=False
+    )
 
     def run_default() -> Any:
         r = samplers.run(

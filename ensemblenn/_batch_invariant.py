@@ -103,8 +103,7 @@ def _by_blocks(
 
 
 AUTO_BLOCKS = 8
-"""`block_size="auto"` on a CPU mesh is `num_chains // AUTO_BLOCKS`: no padding on up to 8
-devices."""
+"""`block_size="auto"` is `num_chains // AUTO_BLOCKS`: no padding on up to 8 devices."""
 
 
 def check_block_size(
@@ -127,19 +126,11 @@ def check_block_size(
     return block_size
 
 
-def resolve_block_size(
-    block_size: int | str | None, num_chains: int, platform: str = "cpu"
-) -> int | None:
-    """The block for an ensemble of `num_chains` on devices of `platform`.
-
-    "auto" depends on the chain count only, never on the device count, so every device
-    count gets the same block, on CPU meshes. On accelerators "auto" is None: blocks run
-    one after another, and on a GPU each would be a sliver of the work, too small to fill
-    it (8 serial passes measured 2-17x slower than one batch on an H200); an int asks for
-    the bitwise mode there too.
-    """
+def resolve_block_size(block_size: int | str | None, num_chains: int) -> int | None:
+    """The block for an ensemble of `num_chains`: "auto" depends on the chain count only,
+    never on the device count, so every device count gets the same block."""
     if block_size == "auto":
-        return max(1, num_chains // AUTO_BLOCKS) if platform == "cpu" else None
+        return max(1, num_chains // AUTO_BLOCKS)
     return block_size  # type: ignore[return-value]
 
 

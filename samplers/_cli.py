@@ -88,10 +88,10 @@ def parser() -> argparse.ArgumentParser:
     add("--no-cache", action="store_true",
         help="do not use JAX's persistent compilation cache (by default compiled programs are "
         "kept in ~/.cache/ensemblenn/jax, so a later run skips most compilation)")  # fmt: skip
-    add("--block-size", type=_block_size, default="auto", metavar="N",
-        help="chains per compiled block, for results that are the same on any device count "
-        "(samplers.run's block_size); 0 runs each device's chains in one batch; auto is "
-        "chains // 8")  # fmt: skip
+    add("--block-size", type=_block_size, default=None, metavar="N",
+        help="chains per compiled block, for results that are the same bit for bit on any "
+        "device count (samplers.run's block_size); auto is chains // 8; by default (0) each "
+        "device's chains run in one batch, fastest, the same to rounding")  # fmt: skip
     add(
         "--checkpoint",
         default=None,

@@ -31,6 +31,8 @@ OURS = {
     "hmc": ["ensemblenn"],
     "hierarchical": ["ensemblenn"],
     "first_call": ["ensemblenn"],
+    "accelerator": ["run (defaults)", "run (bitwise)", "bare ensemble_map(scan)"],
+    "kernels": None,
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},
@@ -39,6 +41,7 @@ PEERS = {
     "hmc": {"blackjax": "blackjax"},
     "hierarchical": {"blackjax": "blackjax"},
     "first_call": {"blackjax": "blackjax"},
+    "accelerator": {"blackjax vmap": "blackjax"},
 }
 
 
@@ -198,3 +201,54 @@ def test_first_call_times_both_cache_states_in_fresh_processes():
     # Each figure is a fresh process's call, compilation included: never zero.
     assert all(r["first_call_s_min"] > 0 and r["compile_s_min"] > 0 for r in ours)
     assert all(r["first_call_s_min"] <= r["first_call_s_median"] for r in ours)
+
+
+def test_kernels_parser_counts_a_step_loop():
+    """`benchmarks.kernels` counts what runs per iteration of the outermost loop: fusions
+    and other kernels, a nested loop's body and condition once, free ops not at all."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.kernels import count, parse_hlo
+
+    text = """HloModule m
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p)
+}
+
+%inner_body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]) parameter(0)
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused
+  ROOT %t = (s32[], f32[4]) tuple(%i, %f)
+}
+
+%inner_cond (p: (s32[], f32[4])) -> pred[] {
+  %p = (s32[], f32[4]) parameter(0)
+  ROOT %c = pred[] compare(%a, %b), direction=LT
+}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]) parameter(0)
+  %c1 = f32[4]{0} copy(%x)
+  %w = (s32[], f32[4]) while(%p), condition=%inner_cond, body=%inner_body
+  %g = f32[16]{0} all-gather(f32[4]{0} %c1), dimensions={0}
+  ROOT %t = (s32[], f32[4]) tuple(%i, %c1)
+}
+
+%cond (p: (s32[], f32[4])) -> pred[] {
+  %p = (s32[], f32[4]) parameter(0)
+  ROOT %c = pred[] compare(%a, %b), direction=LT
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %w = (s32[], f32[4]) while(%t), condition=%cond, body=%body
+  ROOT %r = f32[4]{0} get-tuple-element(%w), index=1
+}
+"""
+    computations = parse_hlo(text)
+    # body: copy, all-gather, the inner loop (fusion + compare); cond: compare.
+    assert count(computations, "body") == (4, 1)
+    assert count(computations, "cond") == (1, 0)
+    assert count(computations, "main") == (5, 2)

@@ -51,7 +51,7 @@ from ._errors import CheckpointError, CheckpointMismatchError
 from ._fingerprint import fingerprint
 from ._lock import LOCKNAME
 from ._snapshot import Snapshot
-from ._store import FILENAME, Checkpointer, PathLike, inspect, open_run
+from ._store import FILENAME, Checkpointer, PathLike, check_dir, inspect, open_run
 
 __all__ = [
     "FILENAME",
@@ -61,6 +61,7 @@ __all__ = [
     "Checkpointer",
     "PathLike",
     "Snapshot",
+    "check_dir",
     "fingerprint",
     "inspect",
 ]

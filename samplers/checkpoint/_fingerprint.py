@@ -88,7 +88,7 @@ def fingerprint(
     num_warmup: int,
     thin: int | None,
     track_bias: bool,
-    block_size: int | str | None = "auto",
+    block_size: int | str | None = None,
 ) -> dict[str, Any]:
     """A JSON-able description of a run's configuration; a checkpoint only resumes a run
     whose fingerprint is identical. `block_size` is part of it: another block size gives

@@ -10,10 +10,10 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
 from .. import diagnostics as diag
+from .. import random
 from ..kernels import Logdensity, Sampler, step_chain
-from ._moments import ChainMoments
+from ._moments import StreamingSums
 
 
 class Config(eqx.Module):
@@ -45,7 +45,7 @@ class Carry(eqx.Module):
     """
 
     state: Any
-    moments: ChainMoments
+    moments: StreamingSums  # turned into ChainMoments at the end of the run
     acceptance: Float[Array, ""]
     divergent: Any
     grads: Any
@@ -76,20 +76,17 @@ def chunk(
     def body(i: Array, loop: tuple) -> tuple:
         kept, c, draws, bias = loop
         t = start + i
-        state, info = step_chain(sampler, logdensity, c.state, _threefry.fold_in(key, t))
+        state, info = step_chain(sampler, logdensity, c.state, random.fold_in(key, t))
         since = t - config.first_sample
         sampling = since >= 0
         observed = state.position if observe is None else observe(state.position)
-        updated = c.moments.update(
+        moments = c.moments.add(
             state.position,
             (since >= config.half_point).astype(jnp.int32),
+            since == 0,
+            sampling,
             observed if separate else None,
         )
-        moments = updated
-        if config.first_sample > 0:  # else every step samples: no select, no copies
-            moments = jax.tree.map(
-                lambda new, old: jnp.where(sampling, new, old), updated, c.moments
-            )
         grads = c.grads + info.num_grads
         bias_grads = c.bias_grads
         if config.track_bias and bias_grads is not None:

@@ -14,26 +14,29 @@ from .. import diagnostics as diag
 from ..adaptation import BiasMonitor
 from ..kernels import Logdensity
 from ._flat import Structure
-from ._moments import ChainMoments
+from ._moments import ChainMoments, StreamingSums
 from ._result import Diagnostics, Result, Unconstrained
 from ._setup import Setup
 
 
 def _diagnose_both(
-    moments: ChainMoments,
+    sums: StreamingSums,
+    count: tuple[int, int],
     reference: Any,
     superchain_size: int | None,
     position: Structure,
     observed: Structure | None,
-) -> tuple[Diagnostics, Diagnostics]:
-    """`(diagnostics of the observable, of the position)`, each unravelled into its own
-    structure (the same when the target has no observable)."""
+) -> tuple[ChainMoments, Diagnostics, Diagnostics]:
+    """`(moments, diagnostics of the observable, of the position)`: the chain's moments
+    of `count` steps per half, and the diagnostics each unravelled into its own structure
+    (the same when the target has no observable), in one program."""
+    moments = sums.moments(jnp.asarray(count, jnp.int32))
     if observed is None:
         diagnostics = _diagnose(moments, reference, superchain_size).unravel(position)
-        return diagnostics, diagnostics
+        return moments, diagnostics, diagnostics
     unconstrained = _diagnose(moments, None, superchain_size).unravel(position)
     constrained = _diagnose(moments.observed, reference, superchain_size).unravel(observed)
-    return constrained, unconstrained
+    return moments, constrained, unconstrained
 
 
 def _diagnose(moments: ChainMoments, reference: Any, superchain_size: int | None) -> Diagnostics:
@@ -117,19 +120,22 @@ def _grads_history(bias_grads: Any, num_steps: int) -> Any:
     return enn.chain_all_gather(bias_grads).T.reshape(-1)[:num_steps]
 
 
-def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
+def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) -> Result:
     """The `Result` of a run whose loop has ended at `at` (a `Sampled`); `logdensity` is
-    the (flat) log density the chains used, for the observable of the kept draws."""
+    the (flat) log density the chains used, for the observable of the kept draws;
+    `adapted` whether an adaptation ran."""
     diagnose = enn.ensemble_map(
         _diagnose_both,
-        in_roles=(PER_CHAIN, BROADCAST, None, None, None),
-        out_roles=BROADCAST,
+        in_roles=(PER_CHAIN, None, BROADCAST, None, None, None),
+        out_roles=(PER_CHAIN, BROADCAST, BROADCAST),
         **setup.mapping,
     )
     carry = at.carry
-    diagnostics, unconstrained = diagnose(
-        carry.moments, setup.reference, setup.superchain_size, setup.position, setup.observed
-    )
+    half = setup.config.half_point
+    moments, diagnostics, unconstrained = diagnose(
+        carry.moments, (half, setup.num_steps - half), setup.reference, setup.superchain_size,
+        setup.position, setup.observed,
+    )  # fmt: skip
 
     def joined(parts: list, axis: int) -> Any:
         if not parts:
@@ -159,7 +165,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
     return Result(
         state=state,
         sampler=at.sampler,
-        moments=carry.moments,
+        moments=moments,
         diagnostics=diagnostics,
         acceptance_rate=carry.acceptance / setup.total,
         num_divergent=carry.divergent,
@@ -178,4 +184,5 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity) -> Result:
         adaptation_bias=BiasMonitor.used_rows(getattr(at.adaptation_info, "bias_history", None)),
         reference=setup.reference,
         structure=setup.observed if setup.observed is not None else setup.position,
+        adapted=adapted,
     )

@@ -1,7 +1,6 @@
 """`samplers.run`: the one driver. validate -> prepare (init, adaptation) -> chunk loop ->
 finalise; each phase is a function of its own module in this package."""
 
-import dataclasses
 import sys
 import warnings
 from collections.abc import Callable
@@ -56,7 +55,7 @@ def run(
     checkpoint_dir: "checkpoint.PathLike | None" = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
-    block_size: int | Literal["auto"] | None = "auto",
+    block_size: int | Literal["auto"] | None = None,
 ) -> Result:
     """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
 
@@ -103,17 +102,21 @@ def run(
             is bitwise the uninterrupted run's on the same device count. A checkpoint of a
             run with another configuration raises `samplers.CheckpointMismatchError`;
             with resume=False an existing checkpoint raises `samplers.CheckpointError`.
-        block_size: run each chain's transition (and the adaptations' kernel steps)
-            `block_size` chains at a time, through `enn.batch_invariant`, so that the
-            result is the same, bit for bit, on any number of devices holding the chains
-            (for the same `block_size`). `"auto"` (the default) is
-            `max(1, num_chains // 8)`: it depends on the chain count only, and up to 8
-            devices it needs no padding. `None` runs all of a device's chains in one
-            batch: XLA may then round the per-chain arithmetic differently for another
-            number of chains per device, and trajectories drift apart from the last bit
-            (float32 positions differ by ~1e-5 after a short LAPS run). The blocks cost
-            time: 1.0-1.5x the sampling time of `None` on CPU (`python -m benchmarks
-            blocks`); with thousands of chains per accelerator, `None` is the fast choice.
+        block_size: `None` (the default) runs all of a device's chains in one batch:
+            fastest on every backend, and the same result to rounding on any device count
+            (XLA rounds per-chain arithmetic differently for another number of chains per
+            device, and trajectories drift apart from the last bit: float32 positions
+            differ by ~1e-5 after a short LAPS run). The bitwise mode: an int runs each
+            chain's transition (and the adaptations' kernel steps) `block_size` chains at
+            a time, through `enn.batch_invariant`, so the result is the same, bit for bit,
+            on any number of devices (for the same `block_size`); `"auto"` is
+            `max(1, num_chains // 8)`, which depends on the chain count only and needs no
+            padding up to 8 devices. The blocks run one after another: 1.5-3x the time of
+            one batch at 64-512 chains on a CPU, 2-6x on a GPU, where each block is a
+            sliver of the device (measured: docs/benchmarks.md, `python -m benchmarks
+            accelerator`). On an accelerator each chunk's length is also compiled into
+            its program (a loop whose trip count XLA cannot see makes a GPU wait for the
+            host every step), so a run whose last chunk is shorter compiles twice.
 
     Returns:
         A `samplers.Result`.
@@ -177,9 +180,11 @@ def run(
     finally:
         bar.close()
     # Whether an adaptation ran: the verdict's fixes then do not suggest one.
-    result = dataclasses.replace(finalise(setup, at, logdensity), adapted=adaptation is not None)
-    if not setup.traced and not result.converged:  # the rule: samplers.driver._verdict
-        warnings.warn(ConvergenceWarning(result.verdict.line), stacklevel=2)
+    result = finalise(setup, at, logdensity, adapted=adaptation is not None)
+    if not setup.traced:  # the rule: samplers.driver._verdict
+        verdict = result.verdict
+        if not verdict.converged:
+            warnings.warn(ConvergenceWarning(verdict.line), stacklevel=2)
     return result
 
 

@@ -1,5 +1,6 @@
 """Everything a run resolves once, before the first compilation: its shape, keys and options."""
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -14,7 +15,7 @@ import ensemblenn as enn
 
 from ._chunk import Carry, Config
 from ._flat import Structure
-from ._moments import ChainMoments
+from ._moments import StreamingSums
 from ._verdict import automatic_superchain_size
 
 
@@ -67,7 +68,7 @@ class CarryPlan(eqx.Module):
 
     def initial_carry(self, state: Any) -> Carry:
         dim, dtype = int(state.position.shape[-1]), state.position.dtype
-        moments = ChainMoments.zeros(dim, dtype, self.observed_dim, self.observed_dtype)
+        moments = StreamingSums.zeros(dim, dtype, self.observed_dim, self.observed_dtype)
         bias_grads = None if self.bias_slots is None else jnp.zeros(self.bias_slots, jnp.float32)
         return Carry(
             state=state,
@@ -77,6 +78,17 @@ class CarryPlan(eqx.Module):
             grads=jnp.zeros((), jnp.int32),
             bias_grads=bias_grads,
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _run_keys(num_chains: int, sharding: NamedSharding) -> Any:
+    """The compiled program: one key -> per-chain keys for initialisation, adaptation and
+    the steps (`enn.chain_keys` of each of `jax.random.split(key, 3)`)."""
+
+    def make(key: PRNGKeyArray) -> tuple:
+        return tuple(enn.chain_keys(k, num_chains) for k in jax.random.split(key, 3))
+
+    return jax.jit(make, out_shardings=(sharding,) * 3)
 
 
 def make_setup(
@@ -104,7 +116,6 @@ def make_setup(
     if superchain_auto:
         superchain_size = automatic_superchain_size(num_chains, num_steps)
     superchain_size = superchain_size or None
-    k_init, k_adapt, k_run = jax.random.split(key, 3)
     thin_by = thin or 1
     total = num_warmup + num_steps
     # At least 100 steps per chunk (one chunk up to 100 steps), 20 chunks from 2,000 steps:
@@ -120,14 +131,19 @@ def make_setup(
         keep_trace=bool(thin),
         num_chains=num_chains,
     )
-    # Process-aware chain keys: global arrays laid out like the chains when several
-    # processes share the mesh.
-    keys = [enn.chain_keys(k, num_chains, mesh=mesh, axis=axis) for k in (k_init, k_adapt, k_run)]
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
     if not traced and jax.process_count() == 1:
-        # Laid out on the mesh once, not copied there by every chunk's call.
+        # One program makes the three key sets, laid out on the mesh: not a dozen eager
+        # dispatches, nor a copy to the devices by every chunk's call.
         sharding = NamedSharding(enn.resolve_mesh(mesh, axis), P(axis))
-        keys = [enn.distributed.place(k, sharding) for k in keys]
+        keys = _run_keys(num_chains, sharding)(key)
+    else:
+        # Process-aware chain keys: global arrays laid out like the chains when several
+        # processes share the mesh.
+        k_init, k_adapt, k_run = jax.random.split(key, 3)
+        keys = [
+            enn.chain_keys(k, num_chains, mesh=mesh, axis=axis) for k in (k_init, k_adapt, k_run)
+        ]
     return Setup(
         num_chains=num_chains,
         num_warmup=num_warmup,

@@ -11,8 +11,7 @@ import ensemblenn as enn
 
 from .._errors import SamplerError, SamplerTypeError
 from ..adaptation import Adaptation
-from ..checkpoint import CheckpointError
-from ..checkpoint._store import check_dir
+from ..checkpoint import CheckpointError, check_dir
 from ..kernels import Sampler
 
 
@@ -81,6 +80,11 @@ def check_logdensity_value(raw: Any, out: Any, shape: tuple) -> None:
 
 
 def check_key(key: Any) -> None:
+    if isinstance(key, jax.Array) and (
+        (jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ())
+        or (key.dtype == jnp.uint32 and key.shape == (2,))
+    ):
+        return  # one key, typed or raw: no need to trace chain_keys to know
     # One home for what a key is: enn.chain_keys, which run calls with this key.
     try:
         jax.eval_shape(lambda k: enn.chain_keys(k, 1), key)

@@ -26,6 +26,7 @@ result = samplers.run(
     adaptation=samplers.MEADS(num_steps=20),
     mesh=jax.make_mesh((num_devices,), ("chains",)),
     progress=False,
+    block_size="auto",  # the bitwise mode (the default agrees to rounding)
 )
 # The tuned GHMC's arrays (step size, damping, inverse mass matrix) and the positions.
 leaves = jax.tree.leaves(result.sampler) + [result.state.position]

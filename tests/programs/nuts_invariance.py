@@ -26,6 +26,7 @@ result = samplers.run(
     num_steps=30,
     num_warmup=10,
     progress=False,
+    block_size="auto",  # the bitwise mode (the default agrees to rounding)
 )
 np.savez(
     out_path,

@@ -21,6 +21,7 @@ result = samplers.run(
     num_steps=60,
     num_warmup=20,
     progress=False,
+    block_size="auto",  # the bitwise mode (the default agrees to rounding)
     superchain_size=4,
 )
 np.savez(
@@ -49,6 +50,7 @@ tree = samplers.run(
     num_warmup=10,
     thin=10,
     progress=False,
+    block_size="auto",  # the bitwise mode (the default agrees to rounding)
 )
 np.savez(
     out_path.replace(".npz", "_tree.npz"),

@@ -44,6 +44,7 @@ result = samplers.run(
     adaptation=samplers.WindowAdaptation(num_steps=120, metric=metric),
     mesh=mesh,
     progress=False,
+    block_size="auto",  # the bitwise mode (the default agrees to rounding)
 )
 tuned, info = result.sampler, result.adaptation_info
 saved = {

@@ -365,7 +365,7 @@ def invariance(tmp_path_factory):
     ],
 )
 def test_bitwise_identical_across_device_counts(invariance, n, metric):
-    """HMC + WindowAdaptation (16 chains, 8-d, one chain restarted), default block_size:
+    """HMC + WindowAdaptation (16 chains, 8-d, one chain restarted), block_size="auto":
     the tuned step size and metric, the histories and the final positions have the same
     bits on 1 and n devices (jax 0.10.2, CPU)."""
     base, other = invariance(1, metric), invariance(n, metric)

@@ -182,14 +182,14 @@ def test_checkpoint_of_another_sampler_is_a_clear_error(tmp_path, monkeypatch):
             **{**kwargs, "key": jax.random.key(12)},
         )
     # another block size would change the last bits, so it is another run too
-    with pytest.raises(checkpoint.CheckpointMismatchError, match="block_size: 'auto' in the"):
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="block_size: None in the"):
         samplers.run(
             samplers.MALA(step_size=0.5),
             target,
             positions,
             checkpoint_dir=tmp_path,
             resume=True,
-            **{**kwargs, "block_size": None},
+            **{**kwargs, "block_size": "auto"},
         )
 
 

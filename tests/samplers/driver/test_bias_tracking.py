@@ -145,7 +145,7 @@ def test_the_same_rows_on_one_two_and_four_devices(name):
     rows = {}
     for n in (4, 2, 1):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        rows[n] = np.asarray(run(name, mesh)[0].adaptation_bias)
+        rows[n] = np.asarray(run(name, mesh, block_size="auto")[0].adaptation_bias)
     assert rows[4].shape[0] > 0 and np.all(np.isfinite(rows[4]))
     np.testing.assert_array_equal(rows[2], rows[4])
     np.testing.assert_array_equal(rows[1], rows[4])

@@ -181,8 +181,10 @@ def test_a_kernel_that_needs_the_ensemble_must_say_so(mesh):
     positions = jnp.arange(16.0).reshape(8, 2)
     settings = dict(key=jax.random.key(0), num_steps=3, progress=False, mesh=mesh)
     with pytest.raises(enn.CollectiveError, match="step_uses_ensemble = True"):
-        samplers.run(_TowardsTheMean(), lambda x: -jnp.sum(x**2), positions, **settings)
-    # declared: run unblocked, over the whole ensemble; or no blocks at all
+        samplers.run(
+            _TowardsTheMean(), lambda x: -jnp.sum(x**2), positions, block_size="auto", **settings
+        )
+    # declared: run unblocked, over the whole ensemble; or no blocks at all (the default)
     for sampler, block in ((_TowardsTheMeanDeclared(), "auto"), (_TowardsTheMean(), None)):
         result = samplers.run(
             sampler, lambda x: -jnp.sum(x**2), positions, block_size=block, **settings
