@@ -30,7 +30,10 @@ def _diagnose_both(
     """`(moments, diagnostics of the observable, of the position)`: the chain's moments
     of `count` steps per half, and the diagnostics each unravelled into its own structure
     (the same when the target has no observable), in one program."""
-    moments = sums.moments(jnp.asarray(count, jnp.int32))
+    # A barrier: the moments are values, as if read from memory, so that XLA cannot fuse
+    # their arithmetic into the diagnostics' products (an FMA there or not, depending on
+    # the number of chains per device, would change the last bit between device counts).
+    moments = jax.lax.optimization_barrier(sums.moments(jnp.asarray(count, jnp.int32)))
     if observed is None:
         diagnostics = _diagnose(moments, reference, superchain_size).unravel(position)
         return moments, diagnostics, diagnostics
