@@ -697,6 +697,9 @@ class LAPS(Adaptation):
                 inverse_mass_matrix=imm,
                 L_proposal_factor=self.L_proposal_factor,
                 integrator=name,
+                # The fixed length of the LAPS paper: its in-trajectory velocity refresh
+                # (a finite L_proposal_factor) is what breaks the resonance.
+                jitter=False,
             )
 
         kernel = kernel_for(step_size)

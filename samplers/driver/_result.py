@@ -201,9 +201,9 @@ class Result(eqx.Module):
         Example:
             >>> import jax, jax.numpy as jnp, samplers
             >>> target = samplers.targets.IllConditionedGaussian(2, 1.0)
-            >>> result = samplers.run(samplers.HMC(0.5, 4), target, jnp.ones((8, 2)),
-            ...                       key=jax.random.key(0), num_steps=6, track_bias=True,
-            ...                       progress=False)
+            >>> fixed = samplers.HMC(0.5, 4, jitter=False)  # 4 gradients every step
+            >>> result = samplers.run(fixed, target, jnp.ones((8, 2)), key=jax.random.key(0),
+            ...                       num_steps=6, track_bias=True, progress=False)
             >>> b2, grads = result.bias_trajectory()
             >>> b2.shape, grads.tolist()
             ((6,), [4.0, 8.0, 12.0, 16.0, 20.0, 24.0])

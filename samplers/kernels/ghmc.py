@@ -43,6 +43,12 @@ class GHMC(Sampler):
     in long, almost deterministic trajectories (like HMC) while staying one gradient
     per step. `alpha = 0` is MALA (with mass matrix `M`).
 
+    There is no `jitter` (unlike `HMC` and `AdjustedMCLMC`): a transition is one leapfrog
+    step, so there is no path length to draw. The partial refresh already randomises how
+    long the momentum persists (its memory decays geometrically, and every rejection
+    flips it), so the trajectories have no fixed length to resonate with the target's
+    periods.
+
     Give the persistence either directly (`momentum_persistence`, the `alpha` above) or as
     a Langevin friction per unit time (`damping`, `gamma`), in which case
     `alpha = exp(-gamma * step_size)`: the exact Ornstein-Uhlenbeck refresh over one step.

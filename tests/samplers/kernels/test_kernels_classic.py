@@ -98,6 +98,7 @@ EXACT = {
             step_size=enn.PerChainValue(PER_CHAIN_STEP),
             num_integration_steps=5,
             inverse_mass_matrix=COV,
+            jitter=False,  # the fixed path: exactly 5 gradients per step
         ),
         10,
         lambda t, c: PER_CHAIN_STEP[c],
@@ -404,8 +405,9 @@ def test_optax_schedules_are_followed_through_run(explicit_mesh):
     step_size = optax.exponential_decay(1.0, transition_steps=10, decay_rate=0.5)
     num_integration_steps = optax.piecewise_constant_schedule(2.0, {25: 2.0})  # 2, then 4
     kernel = Recording(
-        samplers.HMC(step_size=step_size, num_integration_steps=num_integration_steps)
-    )
+        samplers.HMC(step_size=step_size, num_integration_steps=num_integration_steps,
+                     jitter=False)  # the schedule's exact gradient count
+    )  # fmt: skip
     result = samplers.run(
         kernel,
         ILL,
