@@ -81,7 +81,11 @@ def run(
         axis: the mesh axis over chains.
         thin: keep every `thin`-th sampling draw in `result.trace`; None keeps no trace.
         reference: `samplers.targets.Moments` to measure `bias_squared` against.
-        superchain_size: group consecutive chains into superchains for nested R-hat.
+        superchain_size: group consecutive chains into superchains for nested R-hat,
+            which the verdict then reads. None (the default) picks superchains by itself
+            for many short chains (at least 64 chains and fewer than 1000 sampling steps:
+            groups of 8 down to 4 chains, at least 16 groups; see
+            `samplers.driver._verdict`), else split R-hat; 0 never uses superchains.
         track_bias: record the ensemble's b² after every sampling step
             (`result.bias_history`) and, for adaptations that support it (the built-in
             ones), after every adaptation step (`result.adaptation_bias`), with the

@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..integrators import value_and_grad
 from ..integrators.isokinetic import (
     IntegratorName,
@@ -168,7 +168,7 @@ class AdjustedMCLMC(Sampler):
             point, kinetic = carry
             point, dk = integrator(logdensity, point, step_size, inverse_mass_matrix)
             if noisy:
-                u = self.refresh(point.velocity, step_size, L_proposal, _threefry.fold_in(key, i))
+                u = self.refresh(point.velocity, step_size, L_proposal, random.fold_in(key, i))
                 point = IntegratorState(point.position, u, point.logdensity, point.grad)
             return point, kinetic + dk
 
@@ -185,9 +185,9 @@ class AdjustedMCLMC(Sampler):
         imm = resolve(self.inverse_mass_matrix, state.count)
         L_proposal = resolve(self.L_proposal_factor, state.count) * num_steps * step_size
 
-        key_velocity, key_trajectory, key_accept = _threefry.split(key, 3)
+        key_velocity, key_trajectory, key_accept = random.split(key, 3)
         if self.jitter:  # its own stream, so that jitter=False keeps its draws
-            num_steps = jittered_steps(num_steps, _threefry.fold_in(key, 3))
+            num_steps = jittered_steps(num_steps, random.fold_in(key, 3))
         velocity = random_unit_vector(state.position.shape[-1], key_velocity, state.position.dtype)
         start = IntegratorState(state.position, velocity, state.logdensity, state.grad)
         end, kinetic_change = self.trajectory(

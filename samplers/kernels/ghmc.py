@@ -7,7 +7,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .. import _threefry
+from .. import random
 from .._errors import SamplerError
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
@@ -123,7 +123,7 @@ class GHMC(Sampler):
     def step(
         self, logdensity: Logdensity, state: GHMCState, key: PRNGKeyArray
     ) -> tuple[GHMCState, Info]:
-        key_refresh, key_accept = _threefry.split(key)
+        key_refresh, key_accept = random.split(key)
         count = state.count
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)

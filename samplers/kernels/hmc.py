@@ -10,7 +10,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
-from .. import _threefry
+from .. import random
 from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import (
@@ -107,7 +107,7 @@ class HMC(Sampler):
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, Info]:
-        key_momentum, key_length, key_accept = _threefry.split(key, 3)
+        key_momentum, key_length, key_accept = random.split(key, 3)
         count = state.count
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
