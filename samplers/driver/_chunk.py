@@ -98,7 +98,8 @@ def chunk(
             state,
             moments,
             c.acceptance + info.acceptance_rate.astype(c.acceptance.dtype),
-            c.divergent + info.is_divergent.astype(jnp.int32),
+            # Sampling transitions only, as NumPyro and Stan report them.
+            c.divergent + (info.is_divergent & sampling).astype(jnp.int32),
             grads,
             bias_grads,
         )

@@ -108,7 +108,8 @@ class Result(eqx.Module):
         moments: every chain's streaming moments over the sampling steps.
         diagnostics: `Diagnostics` of the ensemble.
         acceptance_rate: mean acceptance per chain over warmup and sampling.
-        num_divergent: divergent transitions per chain.
+        num_divergent: divergent sampling transitions per chain (warmup's are not
+            counted, as NumPyro and Stan report them).
         num_grads: gradient evaluations per chain (excluding adaptation).
         trace: the thinned draws if `thin` was given, of the target's observable when it
             has one (else of the position), in its structure: leaves

@@ -428,7 +428,7 @@ def verdict_of(result: Any, hints: str = "library") -> Verdict:
 
 
 def num_transitions(result: Any) -> int | None:
-    """The transitions `result.num_divergent` counts: every chain's warmup and sampling
-    steps (an adaptation's are not counted); None when the result does not say."""
-    steps = getattr(result, "num_warmup", 0) + getattr(result, "num_steps", 0)
+    """The transitions `result.num_divergent` counts: every chain's sampling steps (not
+    its warmup's nor an adaptation's); None when the result does not say."""
+    steps = getattr(result, "num_steps", 0)
     return int(np.size(result.num_divergent)) * steps if steps else None

@@ -74,3 +74,13 @@ def test_streaming_sums_give_the_welford_moments():
     np.testing.assert_allclose(got.second_moment, welford.second_moment, rtol=1e-5)
     sampled = draws[warmup:]
     np.testing.assert_allclose(got.chain_mean_var()[1], sampled.var(0, ddof=1), rtol=2e-3)
+
+
+def test_divergences_count_the_sampling_transitions_only():
+    """A step size far past the leapfrog's limit: every transition diverges, and the
+    count covers the 3 sampling steps, not the 20 warmup steps (as NumPyro and Stan)."""
+    result = samplers.run(
+        samplers.HMC(step_size=100.0, num_integration_steps=3, jitter=False), TARGET, X0,
+        key=jax.random.key(1), num_warmup=20, num_steps=3, progress=False,
+    )  # fmt: skip
+    assert np.asarray(result.num_divergent).tolist() == [3] * 16

@@ -116,9 +116,10 @@ def test_the_divergence_rate_is_in_the_verdict_and_the_summary():
             progress=False,
         )  # fmt: skip
     count = int(jnp.sum(result.num_divergent))
-    assert 0 < count < 200
-    rate = _verdict.divergence_rate(count, 8 * 25)
+    assert 0 < count < 160
+    # Over the sampling transitions (8 chains x 20), as NumPyro and Stan report them.
+    rate = _verdict.divergence_rate(count, 8 * 20)
     assert f"{count} divergent transitions ({rate})" in result.verdict.line
     summary = result.summary(print_it=False)
-    assert re.search(rf"divergent transitions {count} \(\d[\d.]*% of 200\)", summary)
+    assert re.search(rf"divergent transitions {count} \(\d[\d.]*% of 160\)", summary)
     assert f"divergent transitions {count} ({rate})" in summary
