@@ -21,6 +21,7 @@ from .adaptation import (
     AdaptationInfo,
     ChEES,
     EnsembleAdaptation,
+    MCLMCTuning,
     WindowAdaptation,
     WindowAdaptationInfo,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "LAPS",
     "ChEES",
     "MEADS",
+    "MCLMCTuning",
     "WindowAdaptation",
     "WindowAdaptationInfo",
     # reliability

@@ -1,9 +1,9 @@
-"""`python -m samplers run ...`: a sampling run from the command line (see `_cli`)."""
+"""`python -m samplers run ...`: a sampling run from the command line (see `samplers.cli`)."""
 
 import os
 import sys
 
-from ._cli import EXIT_INTERRUPTED, main
+from .cli import EXIT_INTERRUPTED, main
 
 if __name__ == "__main__":
     code = main()

@@ -7,6 +7,9 @@ from ._bias_monitor import BiasMonitor, monitor_field
 # --- LAPS ---
 from .laps import LAPS, LAPSInfo
 
+# --- unadjusted MCLMC tuned by LAPS's phase 1 (the CLI's default for mclmc) ---
+from .mclmc_tuning import MCLMCTuning, MCLMCTuningInfo
+
 # --- ChEES and MEADS ---
 from .chees import ChEES
 from .meads import MEADS

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from samplers import _cli
-from samplers._cli_kernels import SAMPLERS
+import samplers.cli
+from samplers.cli import _main  # private: the parser and its argument checks, tested directly
+from samplers.cli._kernels import SAMPLERS  # private: the --sampler names, one test each
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -55,7 +56,7 @@ def test_a_bad_argument_is_one_error_line_and_exit_2(args, says):
 
 def test_the_help_shows_defaults_and_explains_flags():
     text = " ".join(
-        _cli.parser()._subparsers._group_actions[0].choices["run"].format_help().split()
+        _main.parser()._subparsers._group_actions[0].choices["run"].format_help().split()
     )
     for flag in ("--adaptation", "--strict", "--no-cache", "--superchain-size", "--warmup",
                  "--metric", "--explain"):  # fmt: skip
@@ -69,16 +70,16 @@ def test_the_help_shows_defaults_and_explains_flags():
 
 
 def test_check_arguments_and_superchains_without_jax():
-    args = _cli.parser().parse_args(["run", "--chains", "64"])
-    assert _cli.check_arguments(args) is None and _cli.superchain_size(args) == 4
-    args = _cli.parser().parse_args(["run", "--chains", "8", "--devices", "2"])
-    assert _cli.superchain_size(args) is None  # too few chains for 8 superchains of 2
-    args = _cli.parser().parse_args(["run", "--chains", "64", "--superchain-size", "0"])
-    assert _cli.check_arguments(args) is None and _cli.superchain_size(args) is None
+    args = _main.parser().parse_args(["run", "--chains", "64"])
+    assert _main.check_arguments(args) is None and _main.superchain_size(args) == 4
+    args = _main.parser().parse_args(["run", "--chains", "8", "--devices", "2"])
+    assert _main.superchain_size(args) is None  # too few chains for 8 superchains of 2
+    args = _main.parser().parse_args(["run", "--chains", "64", "--superchain-size", "0"])
+    assert _main.check_arguments(args) is None and _main.superchain_size(args) is None
 
 
 def test_metric_auto_is_dense_up_to_100_dimensions_for_one_step_kernels():
-    from samplers._cli_kernels import make_sampler
+    from samplers.cli._kernels import make_sampler  # private: what each --metric picks
 
     for name in ("mala", "hmc", "ghmc", "nuts"):
         assert make_sampler(name, True, 100, "dense", 10)[1].metric == "dense"
@@ -91,8 +92,8 @@ def test_metric_auto_is_dense_up_to_100_dimensions_for_one_step_kernels():
     for name in ("rwm", "hmc", "nuts", "adjusted-mclmc"):
         assert make_sampler(name, True, 100, "auto", 10)[1].metric == "diagonal"
     assert "per-coordinate" in make_sampler("rwm", True, 100, "auto", 10)[2]
-    args = _cli.parser().parse_args(["run", "--sampler", "nuts", "--metric", "gradient"])
-    assert _cli.check_arguments(args) is None
+    args = _main.parser().parse_args(["run", "--sampler", "nuts", "--metric", "gradient"])
+    assert _main.check_arguments(args) is None
 
 
 TINY = ["--target", "gaussian", "--dim", "3", "--chains", "8", "--steps", "10", "--warmup",
@@ -100,14 +101,14 @@ TINY = ["--target", "gaussian", "--dim", "3", "--chains", "8", "--steps", "10", 
 
 
 def test_strict_exits_1_when_not_converged(capsys):
-    assert _cli.main(["run", *TINY, "--sampler", "mala", "--strict"]) == 1
+    assert samplers.cli.main(["run", *TINY, "--sampler", "mala", "--strict"]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("verdict: NOT CONVERGED: ")
     assert "target   gaussian (d=3)" in out and "of 80 sampling draws" in out
     # The legend is --explain's (tests/samplers/driver/test_hints.py); 8 chains: no
     # superchains, so no nested R-hat column.
     assert "how to read it:" not in out and "R-hat (nested)" not in out
-    assert _cli.main(["run", *TINY, "--sampler", "mala"]) == 0  # the same, not strict
+    assert samplers.cli.main(["run", *TINY, "--sampler", "mala"]) == 0  # the same, not strict
 
 
 def test_a_library_error_is_one_line(tmp_path):
@@ -188,8 +189,9 @@ _SIZE = {"rwm": ("2000", "1000")}  # sampler: (--steps, --warmup); the others ("
 def test_every_sampler_converges_with_defaults(sampler, target, capsys):
     dim = ["--dim", "10"] if target == "gaussian" else []
     steps, warmup = _SIZE.get(sampler, ("400", "400"))
-    code = _cli.main(["run", "--target", target, *dim, "--sampler", sampler, "--chains", "64",
-                      "--steps", steps, "--warmup", warmup, "--devices", "4", "--no-progress",
-                      "--no-cache", "--strict"])  # fmt: skip
+    code = samplers.cli.main(["run", "--target", target, *dim, "--sampler", sampler,
+                              "--chains", "64", "--steps", steps, "--warmup", warmup,
+                              "--devices", "4", "--no-progress", "--no-cache",
+                              "--strict"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out.splitlines()[-1]

@@ -203,10 +203,8 @@ def test_the_monitor_is_no_setting_of_the_fingerprint():
 
 
 def test_the_cli_mclmc_tuning_records_its_steps(explicit_mesh):
-    from samplers._cli_kernels import MCLMCTuning
-
     result = samplers.run(None, TARGET, START, key=jax.random.key(1), num_steps=5,
-                          adaptation=MCLMCTuning(num_steps=40), track_bias=True,
+                          adaptation=samplers.MCLMCTuning(num_steps=40), track_bias=True,
                           mesh=explicit_mesh, progress=False)  # fmt: skip
     rows = np.asarray(result.adaptation_bias)
     info = result.adaptation_info

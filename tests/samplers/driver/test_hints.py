@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 import samplers
-from samplers import _cli, _cli_report
+import samplers.cli
+from samplers.cli import _main, _report  # private: the parser's help text and the legend
 from samplers.driver import _verdict
 
 # Every criterion fails: R-hat, ESS, divergences, low acceptance (and high, below).
@@ -134,23 +135,23 @@ TINY = ["run", "--target", "gaussian", "--dim", "3", "--chains", "8", "--steps",
 
 
 def test_the_cli_legend_only_with_explain(capsys):
-    assert _cli.main(TINY) == 0
+    assert samplers.cli.main(TINY) == 0
     out = capsys.readouterr().out
     assert "how to read it:" not in out and "  R-hat (split) split R-hat" not in out
-    assert out.count(_cli_report.EXPLAIN_HINT) == 1 and "--explain" in _cli_report.EXPLAIN_HINT
+    assert out.count(_report.EXPLAIN_HINT) == 1 and "--explain" in _report.EXPLAIN_HINT
     # The fixes name flags: no adaptation ran, so tuning is one of them.
     fix_lines = [line for line in out.splitlines() if line.startswith("  - ")]
     assert fix_lines and all("--" in line for line in fix_lines)
     assert any("--adaptation default" in line for line in fix_lines)
     assert "num_warmup=" not in out and "adaptation=samplers" not in out
-    assert _cli.main([*TINY, "--explain"]) == 0
+    assert samplers.cli.main([*TINY, "--explain"]) == 0
     explained = capsys.readouterr().out
-    assert _cli_report.LEGEND in explained and _cli_report.EXPLAIN_HINT not in explained
+    assert _report.LEGEND in explained and _report.EXPLAIN_HINT not in explained
     assert explained.splitlines()[-1].startswith("verdict: NOT CONVERGED")
 
 
 def test_the_legend_names_the_summarys_columns():
     for column in ("mean, sd", "ESS (mean)", "R-hat (split)", "R-hat", "(nested)", "bias^2"):
-        assert column in _cli_report.LEGEND
-    help_text = _cli.parser()._subparsers._group_actions[0].choices["run"].format_help()
+        assert column in _report.LEGEND
+    help_text = _main.parser()._subparsers._group_actions[0].choices["run"].format_help()
     assert "--explain" in help_text

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._cli_kernels import TARGETS
+from ._kernels import TARGETS
 
 
 def preamble(args: argparse.Namespace, target: Any, described: str, superchains: int | None):
@@ -73,7 +73,7 @@ def write_out(args: argparse.Namespace, result: Any, seconds: float, resumed_fro
     """diagnostics.json and convergence.png in `--out`."""
     import jax
 
-    from ._plots import convergence_plot
+    from .._plots import convergence_plot
 
     os.makedirs(args.out, exist_ok=True)
     note = convergence_plot(
@@ -104,7 +104,7 @@ def _plain(value: Any) -> Any:
 
 def diagnostics_json(result: Any, seconds: float) -> dict:
     """The run's numbers and verdict as JSON-ready values."""
-    from .driver._verdict import verdict_of
+    from ..driver._verdict import verdict_of
 
     d = result.diagnostics
     verdict = verdict_of(result, hints="cli")

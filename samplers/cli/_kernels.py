@@ -7,11 +7,11 @@ Every sampler is tuned by default, from the ensemble, during `--warmup` steps:
   acceptance towards the kernel's target; the metric `--metric` says: by default dense
   up to 100 dimensions for mala and ghmc, else diagonal; for rwm a per-coordinate step
   size).
-* mclmc: `MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`: step size
-  driven by the energy error per dimension, `L` from the ensemble's spread, early stop once
-  the ensemble's `E[x²]` stops drifting), after which the tuned, still unadjusted, MCLMC
-  samples. It is the simplest honest default: no new tuning rule, the one LAPS already
-  uses and tests, on the identity metric LAPS's phase 1 uses.
+* mclmc: `samplers.MCLMCTuning`, LAPS's unadjusted phase (phases 0-1 of `samplers.LAPS`:
+  step size driven by the energy error per dimension, `L` from the ensemble's spread, early
+  stop once the ensemble's `E[x²]` stops drifting), after which the tuned, still
+  unadjusted, MCLMC samples. It is the simplest honest default: no new tuning rule, the one
+  LAPS already uses and tests, on the identity metric LAPS's phase 1 uses.
 * laps: `samplers.LAPS` (which builds its own kernels).
 
 hmc and adjusted-mclmc draw each transition's path length (1 to 19 steps, mean 10,
@@ -22,18 +22,11 @@ acceptance was not monotone in the step size and sampled at 0.99 on the 100-d Ga
 plain warmup steps instead.
 """
 
-import math
 from typing import Any
 
-import equinox as eqx
-import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
-
-import ensemblenn as enn
-
-from . import targets
-from .adaptation import LAPS, Adaptation, BiasMonitor, monitor_field
-from .kernels import MCLMC, Sampler
+from .. import targets
+from ..adaptation import MCLMCTuning
+from ..kernels import Sampler
 
 TARGETS = {
     "gaussian": "zero-mean Gaussian, variances log-spaced from 1 to 100 (condition number 100)",
@@ -77,54 +70,6 @@ def make_target(name: str, dim: int | None) -> Any:
     if name == "bimodal":
         return targets.BimodalGaussian(dim=dim or 10)
     return targets.LogisticRegression(num_features=dim or 10)
-
-
-class MCLMCTuningInfo(eqx.Module):
-    """What `MCLMCTuning` reports (the same in every chain)."""
-
-    num_steps: Int[Array, ""] = enn.broadcast()
-    stopped_early: Any = enn.broadcast()
-    step_size: Float[Array, ""] = enn.broadcast()
-    L: Float[Array, ""] = enn.broadcast()
-    num_excluded: Int[Array, ""] = enn.broadcast()
-    num_grads: Int[Array, ""] = enn.broadcast()
-    bias_history: Float[Array, "steps 3"] | None = enn.broadcast(default=None)
-
-
-class MCLMCTuning(Adaptation):
-    """Tune unadjusted MCLMC with LAPS's phase 1, and sample with the tuned MCLMC.
-
-    Example:
-        >>> import jax, samplers
-        >>> from samplers._cli_kernels import MCLMCTuning
-        >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
-        >>> result = samplers.run(None, target, jax.random.normal(jax.random.key(0), (16, 4)),
-        ...                       key=jax.random.key(1), num_steps=20, progress=False,
-        ...                       adaptation=MCLMCTuning(num_steps=60))
-        >>> type(result.sampler).__name__, bool(result.sampler.step_size > 0)
-        ('MCLMC', True)
-    """
-
-    num_steps: int = eqx.field(static=True, default=500)
-    bias_monitor: BiasMonitor | None = monitor_field()
-
-    @property
-    def laps(self) -> LAPS:
-        return LAPS(num_steps1=self.num_steps, bias_monitor=self.bias_monitor)
-
-    def initial_state(self, sampler: Sampler | None, logdensity: Any, position: Any, key: Any):
-        return self.laps.initial_state(sampler, logdensity, position, key)
-
-    def run(self, sampler: Sampler | None, logdensity: Any, state: Any, key: Any) -> tuple:
-        laps = self.laps
-        state, excluded = laps._equipartition_velocity(state)
-        p1 = laps._phase1(logdensity, state, key, excluded)
-        step_size = jnp.exp2(p1.log2_step_size)
-        L = jnp.where(jnp.isfinite(p1.L), p1.L, math.sqrt(state.position.shape[-1]))
-        tuned = MCLMC(step_size=step_size, L=L, inverse_mass_matrix=p1.imm,
-                      integrator=laps.burn_in_integrator)  # fmt: skip
-        info = MCLMCTuningInfo(p1.t, p1.stopped, step_size, L, p1.excluded, 1 + p1.t, p1.bias)
-        return tuned, p1.state, info
 
 
 DENSE_UP_TO = 100  # --metric auto: dense up to this dimension (a Cholesky per step is cheap)

@@ -12,7 +12,7 @@ import sys
 import time
 import warnings
 
-from ._cli_kernels import FIXED_DIM, METRICS, SAMPLERS, TARGETS
+from ._kernels import FIXED_DIM, METRICS, SAMPLERS, TARGETS
 
 EXIT_ERROR, EXIT_NOT_CONVERGED, EXIT_INTERRUPTED = 2, 1, 130
 
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _checkpoint_error() -> type:
-    from .checkpoint import CheckpointError
+    from ..checkpoint import CheckpointError
 
     return CheckpointError
 
@@ -251,7 +251,7 @@ def _interrupted(args: argparse.Namespace, step: int | None) -> int:
     at = "" if step is None else f" at step {step}"
     message = f"interrupted{at}"
     if args.checkpoint:
-        from . import checkpoint
+        from .. import checkpoint
 
         try:
             saved = checkpoint.inspect(args.checkpoint)["step"]
@@ -270,9 +270,9 @@ def _run(args: argparse.Namespace) -> int:
 
     import samplers
 
-    from . import _cli_report as report
-    from ._cli_kernels import make_sampler, make_target
-    from .driver._verdict import verdict_of
+    from ..driver._verdict import verdict_of
+    from . import _report as report
+    from ._kernels import make_sampler, make_target
 
     target = make_target(args.target, args.dim)
     adapt = args.adaptation == "default"
