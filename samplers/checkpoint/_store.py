@@ -297,7 +297,7 @@ def check_dir(checkpoint_dir: Any) -> None:
 
     Example:
         >>> import tempfile, samplers
-        >>> from samplers.checkpoint._store import check_dir
+        >>> from samplers.checkpoint import check_dir
         >>> check_dir(tempfile.mkdtemp() + "/new/run")   # missing folders are made later
         >>> with tempfile.NamedTemporaryFile() as file:
         ...     try:

@@ -121,10 +121,11 @@ def _block_size(text: str) -> int | str | None:
 
 
 def superchain_size(args: argparse.Namespace) -> int | None:
-    """The superchain size for nested R-hat: `--superchain-size`, or 16 (else 8) superchains
+    """The superchain size for nested R-hat: `--superchain-size` (0: none, passed on so
+    that samplers.run does not pick superchains by itself), or 16 (else 8) superchains
     when the chains split evenly into superchains of at least 2."""
     if args.superchain_size is not None:
-        return args.superchain_size or None
+        return args.superchain_size
     for groups in (16, 8):
         if args.chains % groups == 0 and args.chains // groups >= 2:
             return args.chains // groups
