@@ -132,11 +132,13 @@ def make_setup(
         num_chains=num_chains,
     )
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
-    if not traced and jax.process_count() == 1:
+    resolved = enn.resolve_mesh(mesh, axis)
+    even = num_chains % dict(zip(resolved.axis_names, resolved.axis_sizes))[axis] == 0
+    if not traced and jax.process_count() == 1 and even:
         # One program makes the three key sets, laid out on the mesh: not a dozen eager
-        # dispatches, nor a copy to the devices by every chunk's call.
-        sharding = NamedSharding(enn.resolve_mesh(mesh, axis), P(axis))
-        keys = _run_keys(num_chains, sharding)(key)
+        # dispatches, nor a copy to the devices by every chunk's call. (Chains that do not
+        # split evenly over the devices are padded by ensemble_map: keys as computed.)
+        keys = _run_keys(num_chains, NamedSharding(resolved, P(axis)))(key)
     else:
         # Process-aware chain keys: global arrays laid out like the chains when several
         # processes share the mesh.

@@ -416,9 +416,9 @@ def verdict_of(result: Any, hints: str = "library") -> Verdict:
     return judge(
         rhat=d.nested_rhat if nested else d.rhat,
         ess=d.ess,
+        # jnp: with several processes the per-chain arrays are global, beyond np's reach.
         acceptance=float(jnp.mean(result.acceptance_rate)),
-        # On the host: an eager jnp reduction is a dispatch (and on a GPU a sync).
-        num_divergent=int(np.sum(np.asarray(result.num_divergent))),
+        num_divergent=int(jnp.sum(result.num_divergent)),
         adjusted=getattr(type(result.sampler), "adjusted", True),
         nested=nested,
         num_transitions=num_transitions(result),

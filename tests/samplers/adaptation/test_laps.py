@@ -215,7 +215,7 @@ def invariance_outputs(tmp_path_factory):
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_laps_is_device_count_invariant(invariance_outputs, n):
     """`samplers.run` with LAPS, same key and chains on 1, 2, 4 and 8 devices (16 chains:
-    16 down to 2 per device), default `block_size="auto"` (2 chains per block here):
+    16 down to 2 per device), `block_size="auto"` (2 chains per block here):
     everything is bitwise identical.
 
     Reached on jax 0.10.2 (CPU), in float32 and float64: final positions and log

@@ -147,8 +147,8 @@ def test_one_and_four_devices_agree(tmp_path):
             timeout=300,
         )
         out[n] = np.load(tmp_path / f"{n}.npz")
-    # The default block_size makes per-chain arithmetic the same program on 1 and 4
-    # devices, and collectives reduce in a fixed order: bitwise equal.
+    # block_size="auto" (the program asks for it) makes per-chain arithmetic the same
+    # program on 1 and 4 devices, and collectives reduce in a fixed order: bitwise equal.
     for name in ("position", "rhat", "ess", "b2", "acceptance"):
         np.testing.assert_array_equal(out[4][name], out[1][name], err_msg=name)
 
