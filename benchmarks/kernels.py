@@ -135,15 +135,14 @@ _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 
 def _opcode(rhs: str) -> str:
     """The opcode of an instruction's right-hand side `TYPE opcode(operands), attrs`."""
-    i = 0
-    if rhs.startswith("("):  # a tuple type: skip to its closing parenthesis
+    if rhs.startswith("("):  # a tuple type: drop it, up to its closing parenthesis
         depth = 0
-        for i, ch in enumerate(rhs):  # noqa: B007 (i is read after the loop)
-            depth += ch == "("
-            depth -= ch == ")"
+        for end, ch in enumerate(rhs):
+            depth += (ch == "(") - (ch == ")")
             if depth == 0:
+                rhs = rhs[end + 1 :]
                 break
-    match = re.match(r"\S*\s+([\w\-]+)\(", rhs[i + 1 :] if rhs.startswith("(") else rhs)
+    match = re.match(r"\S*\s+([\w\-]+)\(", rhs)
     if match is None:
         match = re.search(r"\s([\w\-]+)\(", rhs)
     return match.group(1) if match else "?"

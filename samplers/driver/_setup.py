@@ -159,7 +159,7 @@ def make_setup(
         run_keys=keys[2],
         mapping=dict(mesh=mesh, axis=axis, block_size=block_size),
         traced=traced,
-        static_chunks=enn.mesh_platform(mesh, axis) != "cpu",
+        static_chunks=enn.mesh_platform(resolved, axis) != "cpu",
         position=position,
         observed=observed,
         superchain_auto=superchain_auto and superchain_size is not None,
