@@ -77,21 +77,23 @@ def prepare(
                             out_roles=PER_CHAIN, **setup.mapping)  # fmt: skip
     plan = setup.carry_plan
     with bar.phase("initialising") as produced:
-        state = init(sampler, adaptation, logdensity, positions, setup.init_keys, plan)
-        produced.append(state)
-    _check_some_finite(setup, state if adaptation is not None else state.state)
-    adaptation_info = None
-    if adaptation is not None:
-        adapt = enn.ensemble_map(
-            _adapt_chain, in_roles=(*per_chain_args, BROADCAST, None),
-            out_roles=(None, PER_CHAIN, None), **setup.mapping,
-        )  # fmt: skip
-        # Only with track_bias (and a reference): a run without it compiles as before.
-        track = setup.config.track_bias
-        monitor = BiasMonitor.of(setup.reference) if track else None
-        with bar.phase("adapting") as produced:  # compiling included: one program
-            sampler, state, adaptation_info = adapt(
-                adaptation, sampler, logdensity, state, setup.adapt_keys, monitor, plan
-            )
-            produced.append(state)
-    return sampler, state, adaptation_info
+        # Without an adaptation, already the carry at step 0 (see `_init_chain`).
+        initial = init(sampler, adaptation, logdensity, positions, setup.init_keys, plan)
+        produced.append(initial)
+    if adaptation is None:
+        _check_some_finite(setup, initial.state)
+        return sampler, initial, None
+    _check_some_finite(setup, initial)
+    adapt = enn.ensemble_map(
+        _adapt_chain, in_roles=(*per_chain_args, BROADCAST, None),
+        out_roles=(None, PER_CHAIN, None), **setup.mapping,
+    )  # fmt: skip
+    # Only with track_bias (and a reference): a run without it compiles as before.
+    track = setup.config.track_bias
+    monitor = BiasMonitor.of(setup.reference) if track else None
+    with bar.phase("adapting") as produced:  # compiling included: one program
+        sampler, carry, adaptation_info = adapt(
+            adaptation, sampler, logdensity, initial, setup.adapt_keys, monitor, plan
+        )
+        produced.append(carry)
+    return sampler, carry, adaptation_info

@@ -137,7 +137,8 @@ def make_setup(
     if not traced and jax.process_count() == 1 and even:
         # One program makes the three key sets, laid out on the mesh: not a dozen eager
         # dispatches, nor a copy to the devices by every chunk's call. (Chains that do not
-        # split evenly over the devices are padded by ensemble_map: keys as computed.)
+        # split evenly over the devices cannot be laid out: ensemble_map then raises its
+        # ChainCountError, which says how to fix it.)
         keys = _run_keys(num_chains, NamedSharding(resolved, P(axis)))(key)
     else:
         # Process-aware chain keys: global arrays laid out like the chains when several
