@@ -35,7 +35,15 @@ class MCLMCTuningInfo(eqx.Module):
         bias_history: with `track_bias=True` and a reference, `(num_steps, 3)` rows of
             (b² max, b² mean, gradients per chain so far); None otherwise.
 
-    It is `result.adaptation_info` of a run with `MCLMCTuning`; see its example.
+    Example:
+        >>> import jax, samplers
+        >>> target = samplers.targets.IllConditionedGaussian(dim=4, condition_number=10.0)
+        >>> result = samplers.run(None, target, jax.random.normal(jax.random.key(0), (8, 4)),
+        ...                       key=jax.random.key(1), num_steps=5, progress=False,
+        ...                       adaptation=samplers.MCLMCTuning(num_steps=20))
+        >>> info = result.adaptation_info
+        >>> type(info).__name__, bool(info.num_steps <= 20), int(info.num_excluded)
+        ('MCLMCTuningInfo', True, 0)
     """
 
     num_steps: Int[Array, ""] = enn.broadcast()
@@ -74,9 +82,6 @@ class MCLMCTuning(Adaptation):
         ...                       adaptation=samplers.MCLMCTuning(num_steps=20))
         >>> type(result.sampler).__name__, bool(result.sampler.step_size > 0)
         ('MCLMC', True)
-        >>> info = result.adaptation_info
-        >>> type(info).__name__, bool(info.num_steps <= 20), int(info.num_excluded)
-        ('MCLMCTuningInfo', True, 0)
     """
 
     num_steps: int = eqx.field(static=True, default=500)
