@@ -1,0 +1,221 @@
+"""Resampling of sharded SMC particles: ancestor indices, and the particles they name.
+
+`ancestors` turns the full vector of unnormalised log weights into `N` ancestor indices;
+`resample`, called inside an `enn.ensemble_map` body written for one particle, gathers
+the log weights, computes the same ancestors on every device and returns this particle's
+new value (its ancestor's) with the ancestor's global index.
+
+Every scheme returns a non-decreasing ancestor vector (multinomial draws are sorted
+uniforms), built from integer offspring boundaries: particle `i` gets the slots
+`[C[i-1], C[i])`, and `ancestor[k] = #{i : C[i] <= k}` is an integer histogram and
+cumulative sum, exact in any order. The one floating-point cumulative sum (of the
+weights, and for "residual" of the residual weights) is a fixed-order scan over the whole
+vector, so the ancestors are the same bits on every device count.
+
+Schemes (`u` uniform on [0, 1), `W` the normalised cumulative weights):
+  - "systematic" (default): one `u`, slots at `(k + u) / N`; each particle gets
+    `floor(N w)` or `ceil(N w)` offspring.
+  - "stratified": one `u_k` per slot, at `(k + u_k) / N`; between `floor(N w) - 1` and
+    `ceil(N w) + 1` offspring.
+  - "multinomial": `N` iid uniforms, sorted.
+  - "residual": `floor(N w)` copies deterministically, then the remaining
+    `R = N - sum floor(N w)` slots drawn by SYSTEMATIC resampling of the residual weights
+    `N w - floor(N w)` (one `u`); so each particle also gets `floor(N w)` or `ceil(N w)`.
+
+Weights: normalised as `exp(lw - max lw)`; a `-inf` (or NaN) log weight is weight zero
+and is never an ancestor; `+inf` log weights share all the weight; if every log weight is
+`-inf` the weights are taken as uniform.
+
+Communication (`N` particles, `D` devices, `B` bytes per particle, per resampling): one
+`all_gather` of the log weights and the particles together (`enn.chain_all_gather`),
+so each device receives `(D - 1) / D * N * (B + 4)` bytes and holds `N * (B + 4)`, the same
+for every scheme. See `docs/benchmarks.md` for the measured time.
+"""
+
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree, Scalar
+
+import ensemblenn as enn
+
+from .. import random as srandom
+from .._errors import SamplerError
+
+__all__ = ["SCHEMES", "ancestors", "resample"]
+
+Scheme = Literal["systematic", "stratified", "multinomial", "residual"]
+SCHEMES: tuple[str, ...] = ("systematic", "stratified", "multinomial", "residual")
+"""The resampling schemes `ancestors` and `resample` accept."""
+
+
+def _check_scheme(scheme: Any) -> str:
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        valid = ", ".join(repr(s) for s in SCHEMES)
+        raise SamplerError(
+            f"scheme={scheme!r} is not a resampling scheme; the valid values are {valid}.\n"
+            '  fix: scheme="systematic" (the default, lowest variance).'
+        )
+    return scheme
+
+
+def _cumsum(x: Array) -> Array:
+    """Inclusive cumulative sum in one fixed association order (a Blelloch-style scan of
+    slices and adds, which XLA does not reorder), after rounding each term so no
+    multiply is contracted into the additions."""
+    return jax.lax.associative_scan(jnp.add, enn.rounded(x))
+
+
+def _weights(log_weights: Array) -> Array:
+    """Unnormalised weights in [0, 1], the largest exactly 1 (see the module docstring)."""
+    lw = jnp.where(jnp.isnan(log_weights), -jnp.inf, log_weights)
+    top = jnp.max(lw)  # exact, whatever the order
+    w = jnp.where(
+        jnp.isposinf(top),
+        jnp.isposinf(lw).astype(lw.dtype),
+        jnp.exp(lw - jnp.where(jnp.isfinite(top), top, 0.0)),
+    )
+    return jnp.where(jnp.isneginf(top), jnp.ones_like(w), w)
+
+
+def _slots(boundaries: Array, n: int) -> Array:
+    """Ancestor of each of `n` slots from the non-decreasing integer boundaries
+    `C` in [0, n] (particle i owns slots `[C[i-1], C[i])`): `#{i : C[i] <= k}`."""
+    hist = jnp.zeros(n + 1, jnp.int32).at[boundaries].add(1)
+    return jnp.cumsum(hist[:n]).astype(jnp.int32)  # integers: exact in any order
+
+
+def _boundaries_at(points: Array, fraction: Array) -> Array:
+    """`#{k : points[k] < fraction[i]}` for sorted `points`; a particle whose cumulative
+    fraction is the whole (1) takes every slot, whatever the rounding of the points."""
+    n = points.shape[0]
+    c = jnp.searchsorted(points, fraction, side="left").astype(jnp.int32)
+    return jnp.where(fraction >= 1.0, n, c)
+
+
+def _systematic_boundaries(cumulative: Array, total: Array, n: Array | int, u: Array) -> Array:
+    """`#{k < n : (k + u) / n < cumulative / total}` as `ceil(n c / t - u)`, clipped."""
+    fraction = cumulative / jnp.where(total > 0, total, 1.0)
+    c = jnp.ceil(enn.rounded(fraction * n) - u).astype(jnp.int32)
+    c = jnp.clip(c, 0, n)
+    return jnp.where(fraction >= 1.0, n, c)
+
+
+def _draws(key: PRNGKeyArray, n: int, scheme: str) -> Array:
+    """The uniforms each scheme uses: one for systematic/residual, `n` otherwise."""
+    if scheme in ("systematic", "residual"):
+        return srandom.uniform(key, ())
+    return srandom.uniform(key, (n,))
+
+
+def _ancestors(key: PRNGKeyArray, log_weights: Array, scheme: str) -> Array:
+    n = log_weights.shape[0]
+    log_weights = jnp.asarray(log_weights)
+    if not jnp.issubdtype(log_weights.dtype, jnp.floating):
+        log_weights = log_weights.astype(jnp.float32)
+    u = _draws(key, n, scheme).astype(log_weights.dtype)
+    w = _weights(log_weights)
+    cum = _cumsum(w)
+    total = cum[-1]
+    if scheme == "systematic":
+        c = _systematic_boundaries(cum, total, n, u)
+    elif scheme == "stratified":
+        points = (jnp.arange(n, dtype=w.dtype) + u) / n
+        c = _boundaries_at(points, cum / total)
+    elif scheme == "multinomial":
+        c = _boundaries_at(jnp.sort(u), cum / total)
+    else:  # residual
+        expected = enn.rounded(w / total * n)
+        floors = jnp.floor(expected)
+        fixed = jnp.cumsum(floors.astype(jnp.int32))  # integers: exact in any order
+        rest = jnp.maximum(n - fixed[-1], 0)
+        residual = jnp.maximum(expected - floors, 0.0)
+        rcum = _cumsum(residual)
+        drawn = _systematic_boundaries(rcum, rcum[-1], rest, u)
+        drawn = jnp.where(rcum[-1] > 0, drawn, rest)  # nothing left to draw
+        c = jnp.minimum(fixed + drawn, n)
+        c = c.at[-1].set(n)  # every slot filled (rounding can leave the sum a slot short)
+    return _slots(c, n)
+
+
+def ancestors(
+    key: PRNGKeyArray, log_weights: Float[ArrayLike, " N"], scheme: Scheme = "systematic"
+) -> Int[Array, " N"]:
+    """Ancestor indices for `N` particles from their unnormalised log weights.
+
+    A pure function of `key` and the whole vector: the same bits on every device and
+    device count (the one floating-point cumulative sum has a fixed order; the rest is
+    integer arithmetic). The result is non-decreasing for every scheme.
+
+    Args:
+        key: a JAX PRNG key (the same one on every device).
+        log_weights: the `N` unnormalised log weights; `-inf` (or NaN) is weight zero
+            and never chosen. If every weight is `-inf` they are taken as uniform.
+        scheme: "systematic" (default), "stratified", "multinomial", or "residual"
+            (`floor(N w)` copies, then the remainder by systematic resampling of the
+            residual weights).
+
+    Returns:
+        int32 ancestor indices, shape `(N,)`; particle `i` appears `N w_i` times in
+        expectation.
+
+    Raises:
+        SamplerError: for an unknown `scheme`, before anything is traced.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from samplers.smc import ancestors
+        >>> lw = jnp.log(jnp.array([0.5, 0.0, 0.25, 0.25]))
+        >>> ancestors(jax.random.key(0), lw).tolist()
+        [0, 0, 2, 3]
+    """
+    scheme = _check_scheme(scheme)
+    return _jitted_ancestors(key, jnp.asarray(log_weights), scheme)
+
+
+_jitted_ancestors = jax.jit(_ancestors, static_argnums=2)
+
+
+def resample(
+    key: PRNGKeyArray,
+    log_weight: Float[ArrayLike, ""],
+    particle: PyTree,
+    *,
+    scheme: Scheme = "systematic",
+) -> tuple[PyTree, Int[Scalar, ""]]:
+    """Resample the particles of an ensemble, from inside the per-particle function.
+
+    Call it in an `enn.ensemble_map` body written for one particle. Every device gathers
+    all log weights, computes the same `ancestors(key, log_weights, scheme)` once (not once
+    per particle) and takes its particles' ancestors from the gathered particles.
+    Bitwise the same on any device count, Auto or Explicit mesh.
+
+    Args:
+        key: a key identical for every particle (a broadcast operand).
+        log_weight: this particle's unnormalised log weight (a scalar).
+        particle: this particle's pytree.
+        scheme: see `ancestors`.
+
+    Returns:
+        `(new_particle, ancestor)`: the ancestor's pytree (same structure, shapes and
+        dtypes as `particle`) and the ancestor's global index (int32).
+
+    Raises:
+        SamplerError: for an unknown `scheme`, before anything is traced.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn
+        >>> from samplers.smc import resample
+        >>> lw = jnp.log(jnp.array([0.0, 1.0, 0.0, 1.0]))
+        >>> step = enn.ensemble_map(lambda k, w, x: resample(k, w, x),
+        ...                         in_roles=(enn.BROADCAST, enn.PER_CHAIN, enn.PER_CHAIN))
+        >>> x, a = step(jax.random.key(0), lw, 10.0 * jnp.arange(4.0))
+        >>> a.tolist(), x.tolist()
+        ([1, 1, 3, 3], [10.0, 10.0, 30.0, 30.0])
+    """
+    scheme = _check_scheme(scheme)
+    # One collective: the weights and the particles travel in the same buffer.
+    every_lw, every = enn.chain_all_gather((jnp.asarray(log_weight), particle))
+    ancestor = _ancestors(key, every_lw, scheme)[enn.chain_index()]
+    return jax.tree.map(lambda x: x[ancestor], every), ancestor
