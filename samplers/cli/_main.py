@@ -212,14 +212,10 @@ def start_jax(devices: int, cache: bool) -> None:
     flags = os.environ.get("XLA_FLAGS", "")  # the last occurrence of a flag wins
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if cache:
-        _enable_cache()
+    if not cache:  # else samplers.run's default: JAX's cache folder if set, else ours
+        import samplers
 
-
-def _enable_cache() -> None:
-    import samplers
-
-    samplers.enable_compilation_cache()
+        samplers.enable_compilation_cache(False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .. import checkpoint
+from .._compilation_cache import use_default_cache
 from .._errors import PrecisionWarning
 from ..adaptation import Adaptation
 from ..kernels import Logdensity, Sampler
@@ -133,6 +134,7 @@ def run(
         >>> result.state.position.shape, result.diagnostics.rhat.shape
         ((8, 3), (3,))
     """
+    use_default_cache()  # JAX's persistent cache, unless the user chose (_compilation_cache)
     check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
     check_key(key)
     wide = float64_leaves(positions)  # before JAX converts them to float32

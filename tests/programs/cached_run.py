@@ -1,5 +1,11 @@
-"""A fresh process that enables the compilation cache in argv[1], runs a short sampler
-and prints one JSON line: JAX's cache hits and misses, and the run's wall time."""
+"""A fresh process that runs a short sampler and prints one JSON line: JAX's cache hits
+and misses, the run's wall time, and the cache folder JAX used.
+
+argv[1]: a folder to pass to `samplers.enable_compilation_cache`, or `default` to leave
+the choice to `samplers.run` (its default rule reads the environment). The script
+computes with JAX before the run, as user scripts do (their initial positions), so JAX
+has already decided once whether to use a cache when `run` is called.
+"""
 
 import json
 import sys
@@ -21,16 +27,19 @@ def listener(event: str, **_: object) -> None:
 
 
 jax.monitoring.register_event_listener(listener)
-samplers.enable_compilation_cache(sys.argv[1])
+if sys.argv[1] != "default":
+    samplers.enable_compilation_cache(sys.argv[1])
+positions = jax.jit(lambda x: x * 0.5)(jnp.ones((8, 3)))  # compiled before the run
 target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
 t0 = time.perf_counter()
 result = samplers.run(
     samplers.MALA(step_size=0.5),
     target,
-    jnp.zeros((8, 3)),
+    positions,
     key=jax.random.key(0),
     num_steps=20,
     progress=False,
 )
 jax.block_until_ready(result.state.position)
-print(json.dumps(dict(events, seconds=time.perf_counter() - t0)))
+folder = jax.config.jax_compilation_cache_dir
+print(json.dumps(dict(events, seconds=time.perf_counter() - t0, folder=folder)))
