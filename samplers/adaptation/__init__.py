@@ -3,6 +3,7 @@
 from ._protocol import Adaptation
 from ._base import AdaptationInfo, EnsembleAdaptation, as_array, finite_chain_mean
 from ._bias_monitor import BiasMonitor, monitor_field
+from ._ticks import listening, tick, ticking
 
 # --- LAPS ---
 from .laps import LAPS, LAPSInfo

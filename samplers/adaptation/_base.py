@@ -14,6 +14,7 @@ from .. import random
 from ..kernels import Info, Logdensity, Sampler, State, step_chain
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
+from ._ticks import tick
 
 
 def finite_chain_mean(stats: PyTree) -> tuple[PyTree, Int[Array, ""]]:
@@ -161,6 +162,7 @@ class EnsembleAdaptation(Adaptation):
 
         def body(carry: tuple) -> tuple:
             t, sampler, state, adaptation_state, excluded, grads, history = carry
+            tick(t)
             state, info = step_chain(sampler, logdensity, state, random.fold_in(key, t))
             means, bad = finite_chain_mean(self.statistics(sampler, state, info))
             sampler, adaptation_state = self.update(sampler, adaptation_state, means, t)

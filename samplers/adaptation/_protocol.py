@@ -75,6 +75,19 @@ class Adaptation(eqx.Module):
         return attach(self, monitor)
 
     @property
+    def total_steps(self) -> int | None:
+        """The most steps the adaptation takes (its length on the progress bar), if known
+        statically; by default its `num_steps` field when that is an int.
+
+        Example:
+            >>> import samplers
+            >>> samplers.WindowAdaptation(num_steps=300).total_steps
+            300
+        """
+        steps = getattr(self, "num_steps", None)
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+    @property
     def grads_per_chain(self) -> int | None:
         """Gradient evaluations per chain the adaptation uses, if known statically."""
         return None

@@ -49,6 +49,7 @@ from ..kernels import (
 from ._base import finite_chain_mean
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
+from ._ticks import tick
 
 __all__ = ["LAPS", "LAPSInfo"]
 
@@ -432,6 +433,7 @@ class LAPS(Adaptation):
             inverse_mass_matrix=c.imm,
             integrator=self.burn_in_integrator,
         )
+        tick(c.t)
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
         state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, c.t))
         x, g = state.position, state.grad
@@ -607,6 +609,7 @@ class LAPS(Adaptation):
         t: Int[Array, ""],
     ) -> tuple[_Phase2, tuple[Array, Array, Array | None]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
+        tick(self.num_steps1 + t)  # the bar counts phase 1's whole length
         was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
         state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, t))
         means, bad = finite_chain_mean(
@@ -751,6 +754,10 @@ class LAPS(Adaptation):
             bias_history=None if bias2 is None else jnp.concatenate([p1.bias, bias2]),
         )
         return tuned, p2.state, info
+
+    @property
+    def total_steps(self) -> int:
+        return self.num_steps1 + self.num_adaptation_steps
 
     @property
     def grads_per_chain(self) -> int | None:

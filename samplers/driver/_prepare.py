@@ -9,7 +9,7 @@ from jaxtyping import Array, PRNGKeyArray
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
 
-from ..adaptation import Adaptation, BiasMonitor
+from ..adaptation import Adaptation, BiasMonitor, ticking
 from ..kernels import Logdensity, Sampler, init_chain
 from ._chunk import Carry
 from ._progress import Progress
@@ -38,11 +38,14 @@ def _adapt_chain(
     key: PRNGKeyArray,
     monitor: BiasMonitor | None,
     plan: CarryPlan,
+    every: int | None,
 ) -> tuple[Sampler, Carry, Any]:
-    """The tuned sampler, one chain's carry at step 0, and the adaptation's info."""
+    """The tuned sampler, one chain's carry at step 0, and the adaptation's info; with
+    `every`, the adaptation's `tick`s reach the progress bar (see `adaptation.tick`)."""
     if monitor is not None:  # b² after every adaptation step, where supported
         adaptation = adaptation.with_bias_monitor(monitor)
-    sampler, state, info = adaptation.run(sampler, logdensity, state, key)
+    with ticking(every):
+        sampler, state, info = adaptation.run(sampler, logdensity, state, key)
     return sampler, plan.initial_carry(state), info
 
 
@@ -85,15 +88,16 @@ def prepare(
         return sampler, initial, None
     _check_some_finite(setup, initial)
     adapt = enn.ensemble_map(
-        _adapt_chain, in_roles=(*per_chain_args, BROADCAST, None),
+        _adapt_chain, in_roles=(*per_chain_args, BROADCAST, None, None),
         out_roles=(None, PER_CHAIN, None), **setup.mapping,
     )  # fmt: skip
     # Only with track_bias (and a reference): a run without it compiles as before.
     track = setup.config.track_bias
     monitor = BiasMonitor.of(setup.reference) if track else None
-    with bar.phase("adapting") as produced:  # compiling included: one program
+    # One program, compiling included; it moves the bar when the adaptation ticks.
+    with bar.adapting(adaptation.total_steps) as (every, produced):
         sampler, carry, adaptation_info = adapt(
-            adaptation, sampler, logdensity, initial, setup.adapt_keys, monitor, plan
+            adaptation, sampler, logdensity, initial, setup.adapt_keys, monitor, plan, every
         )
         produced.append(carry)
     return sampler, carry, adaptation_info

@@ -1,19 +1,24 @@
-"""One progress bar for the whole run, updated by the host between compiled calls.
+"""One progress bar for the whole run, updated by the host between compiled calls and,
+through the adaptation, by its ticks.
 
-It covers every phase: initialising, adapting, compiling the chunk program, warmup and
-sampling, each shown as `phase=...` with the time the finished ones took, and ONE rate
-(steps/s over the executed chunks only, so compilation does not skew it). Disabled, every
-method is a no-op that neither blocks nor prints; it is never used inside a trace.
+It covers every phase: initialising, adapting (its steps counted as the adaptation's
+program runs, see `samplers.adaptation.tick`), compiling the chunk program, warmup and
+sampling, each shown as `phase=...`, and ONE rate (steps/s over the executed chunks only,
+so compilation does not skew it). The bar has a fixed width, so the fields beside it never
+squeeze it; the time each phase took is added at the end. Disabled, every method is a
+no-op that neither blocks nor prints; it is never used inside a trace.
 """
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import jax
 
-_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+_FORMAT = "{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+_TICKS = 100  # ticks over an adaptation: a host callback per 1 % of its steps
 
 
 class Progress:
@@ -46,6 +51,7 @@ class Progress:
         self._steps = 0
         self._seconds = 0.0
         self._acceptance: float | None = None
+        self._lock = threading.Lock()  # ticks arrive on the runtime's threads
 
     @property
     def enabled(self) -> bool:
@@ -76,8 +82,6 @@ class Progress:
                 fields["eta"] = f"{left / max(rate, 1e-9):.0f}s"
         if self._acceptance is not None:
             fields["acc"] = f"{self._acceptance:.3f}"
-        for name, seconds in self.timings.items():
-            fields[name] = f"{seconds:.1f}s"
         self.bar.set_postfix(fields, refresh=not pending)
 
     @contextlib.contextmanager
@@ -99,6 +103,42 @@ class Progress:
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - tick
         self._show()
 
+    @contextlib.contextmanager
+    def adapting(self, steps: int | None) -> Iterator[tuple[int | None, list]]:
+        """The adaptation's phase: `steps` more on the bar, counted as its ticks arrive.
+
+        Yields `(every, produced)`: the tick interval to compile the adaptation with
+        (None: no bar, or an adaptation that does not say its length, which then moves
+        the bar at its end only) and the list of `phase`.
+        """
+        if not self._enabled or not steps:
+            with self.phase("adapting") as produced:
+                yield None, produced
+            return
+        self._open()
+        with self._lock:
+            self.bar.total += steps
+        start = self.bar.n
+        self._current = "adapting (compiling)..."
+
+        def reached(step: int) -> None:
+            with self._lock:
+                self._current = "adapting..."
+                done = start + min(step + 1, steps)
+                if done > self.bar.n:
+                    self._show(pending=done - self.bar.n)
+                    self.bar.update(done - self.bar.n)
+
+        from ..adaptation import listening
+
+        with listening(reached), self.phase("adapting") as produced:
+            self._current = "adapting (compiling)..."
+            self._show()
+            yield max(1, steps // _TICKS), produced
+        with self._lock:  # an adaptation that stopped early ends here too
+            if self.bar.n < start + steps:
+                self.bar.update(start + steps - self.bar.n)
+
     def start_at(self, step: int) -> None:
         """Continue from `step` (a resumed run), without counting those steps in the rate."""
         if not self._enabled:
@@ -119,4 +159,12 @@ class Progress:
 
     def close(self) -> None:
         if self.bar is not None:
+            fields = {"phase": self._current} if self._current else {}
+            if self._steps:
+                fields["rate"] = f"{self._steps / max(self._seconds, 1e-9):.1f} steps/s"
+            if self._acceptance is not None:
+                fields["acc"] = f"{self._acceptance:.3f}"
+            for name, seconds in self.timings.items():  # what each phase took, at the end
+                fields[name] = f"{seconds:.1f}s"
+            self.bar.set_postfix(fields, refresh=True)
             self.bar.close()

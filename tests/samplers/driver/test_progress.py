@@ -66,8 +66,36 @@ def test_a_run_shows_initialising_adapting_compiling_and_sampling(capsys):
     text = "\n".join(shown)
     for phase in ("initialising", "adapting", "compiling"):
         assert f"phase={phase}..." in text and f"{phase}=" in shown[-1], phase
-    assert "40/40" in shown[-1] and "phase=sampling" in shown[-1] and "steps/s" in shown[-1]
+    assert "76/76" in shown[-1] and "phase=sampling" in shown[-1] and "steps/s" in shown[-1]
     assert all(f.count("steps/s") <= 1 for f in shown)
+
+
+def test_the_bar_advances_through_the_adaptation(capsys):
+    """The adaptation's steps are on the bar (36 + 40), counted while its one program
+    runs (the ticks): frames between 0 and 36 show it adapting, not a jump at its end."""
+    samplers.run(None, TARGET, X0, key=jax.random.key(1), num_steps=40, chunk_size=10,
+                 adaptation=samplers.LAPS(num_steps1=30, num_adaptation_steps=6),
+                 progress=True)  # fmt: skip
+    shown = frames(capsys.readouterr().err)
+    counts = {int(f.split("/76")[0].split()[-1]) for f in shown if "phase=adapting..." in f}
+    assert any(0 < n < 36 for n in counts), shown
+    assert "76/76" in shown[-1]
+
+
+def test_the_bar_keeps_its_width_beside_long_fields():
+    """The fields never squeeze the bar: it is 20 characters wide in every frame, and
+    the phases' times come at the end only."""
+    out = io.StringIO()
+    bar = Progress(100, enabled=True, file=out)
+    for name in ("initialising", "adapting", "compiling"):
+        with bar.phase(name):
+            pass
+    bar.advance(50, 0.5, 1.0, "sampling")
+    bar.close()
+    shown = frames(out.getvalue())
+    assert all(len(f.split("|")[1]) == 20 for f in shown), shown
+    timed = [i for i, f in enumerate(shown) if "initialising=" in f]
+    assert timed and timed[0] >= len(shown) - 2  # the closing frame (tqdm draws it twice)
 
 
 def test_progress_is_silent_under_a_trace(capsys):
