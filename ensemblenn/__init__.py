@@ -86,3 +86,10 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Errors show their public names in tracebacks and on the docs pages (`ensemblenn.RoleError`,
+# not the private module that defines them).
+for _error in (ChainCountError, ClosureError, CollectiveError, EnsembleError, EnsembleTypeError,
+               MeshError, OutputRoleError, RoleError):  # fmt: skip
+    _error.__module__ = __name__
+del _error

@@ -59,3 +59,8 @@ class PrecisionWarning(UserWarning):
         ... # doctest: +ELLIPSIS
         positions has dtype float64, but jax_enable_x64 is off: it is sampled in float32...
     """
+
+
+# Shown by their public names in tracebacks and on the docs pages.
+for _public in (SamplerError, SamplerTypeError, PrecisionWarning):
+    _public.__module__ = "samplers"

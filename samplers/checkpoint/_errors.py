@@ -35,3 +35,7 @@ class CheckpointMismatchError(CheckpointError):
         ...     print(str(err).splitlines()[1])
           num_steps: 10 in the checkpoint, 20 in this run
     """
+
+
+# Shown by their public names in tracebacks and on the docs pages.
+CheckpointError.__module__ = CheckpointMismatchError.__module__ = "samplers"

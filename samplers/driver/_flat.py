@@ -46,6 +46,9 @@ class PositionsError(enn.EnsembleError):
     """
 
 
+PositionsError.__module__ = "samplers"  # its public name in tracebacks and docs
+
+
 def _key_name(key: Any) -> str:
     if isinstance(key, jax.tree_util.DictKey):
         return str(key.key)

@@ -171,6 +171,9 @@ class ConvergenceWarning(UserWarning):
     """
 
 
+ConvergenceWarning.__module__ = "samplers"  # its public name in tracebacks and docs
+
+
 class Reason(NamedTuple):
     """One failed criterion: which, its value, and the likely fix."""
 
