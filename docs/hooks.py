@@ -27,6 +27,9 @@ NUM_DEVICES = 4
 
 _INLINE = re.compile(r'<span class="arithmatex">\\\((?P<tex>.*?)\\\)</span>', re.DOTALL)
 _DISPLAY = re.compile(r'<div class="arithmatex">\\\[(?P<tex>.*?)\\\]</div>', re.DOTALL)
+# What markdown-exec renders for a block's output when the block printed nothing (a
+# source block is never empty).
+_EMPTY_OUTPUT = re.compile(r'<div class="highlight"><pre><span></span><code>\s*</code></pre></div>')
 
 
 def on_startup(**kwargs) -> None:  # noqa: ARG001 - mkdocs hook signature
@@ -67,6 +70,8 @@ def mathml(tex: str, display: bool) -> str:
 
 
 def on_page_content(content: str, **kwargs) -> str:  # noqa: ARG001 - mkdocs hook signature
-    """Replace arithmatex's TeX placeholders by MathML."""
+    """Replace arithmatex's TeX placeholders by MathML; drop the empty output boxes of
+    blocks that print nothing."""
+    content = _EMPTY_OUTPUT.sub("", content)
     content = _DISPLAY.sub(lambda m: mathml(html.unescape(m["tex"]), True), content)
     return _INLINE.sub(lambda m: mathml(html.unescape(m["tex"]), False), content)

@@ -226,6 +226,23 @@ def test_hook_puts_library_prints_on_the_page():
     assert "from the block" in page and "from a library" in page
 
 
+def test_hook_drops_the_output_box_of_a_block_that_prints_nothing():
+    markdown_exec = pytest.importorskip("markdown_exec")
+    import markdown
+
+    fence = {"name": "python", "class": "python"}
+    fence.update(validator=markdown_exec.validator, format=markdown_exec.formatter)
+    md = markdown.Markdown(
+        extensions=["pymdownx.superfences", "pymdownx.highlight"],
+        extension_configs={"pymdownx.superfences": {"custom_fences": [fence]}},
+    )
+    block = '```python exec="on" source="above" result="text" session="quiet"\n{}\n```\n\n'
+    page = md.convert(block.format("x = 1") + block.format("print(x + 1)"))
+    assert page.count("<pre>") == 4  # two sources, two outputs (one of them empty)
+    page = _load_hooks().on_page_content(page)
+    assert page.count("<pre>") == 3 and "2\n</code>" in page
+
+
 def test_hook_renders_math_as_mathml():
     pytest.importorskip("latex2mathml")
     hooks = _load_hooks()
