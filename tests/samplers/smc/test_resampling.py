@@ -31,12 +31,15 @@ def reference(key, log_weights, scheme):
 
     if scheme in ("systematic", "residual"):
         u = float(jax.random.uniform(key, ()))
+    elif scheme == "multinomial":  # sorted uniforms from n + 1 exponential spacings
+        spacings = np.cumsum(-np.log1p(-np.asarray(jax.random.uniform(key, (n + 1,)), np.float64)))
+        u = spacings[:n] / spacings[n]
     else:
         u = np.asarray(jax.random.uniform(key, (n,)), np.float64)
     if scheme in ("systematic", "stratified"):
         return search(cum, (np.arange(n) + u) / n)
     if scheme == "multinomial":
-        return search(cum, np.sort(u))
+        return search(cum, u)
     floors = np.floor(n * w)
     rest = n - int(floors.sum())
     residual = n * w - floors
@@ -69,6 +72,24 @@ def test_same_ancestors_as_numpy_reference(scheme):
             np.testing.assert_array_equal(got, reference(key, lw, scheme), err_msg=scheme)
 
 
+def standard_error(counts, expected, scheme):
+    """The standard error of the mean offspring counts over the draws (rows).
+
+    Multinomial counts have the known variance N w (1 - w). For the others, the empirical
+    variance, but never below f (1 - f) with f the fractional part of N w: the least
+    variance of any integer count with that mean (a rare particle seen once or never in
+    the draws would otherwise get a tiny error bar).
+    """
+    n = counts.shape[1]
+    if scheme == "multinomial":
+        variance = expected * (1 - expected / n)
+    else:
+        f = expected - np.floor(expected)
+        variance = np.maximum(counts.var(0), f * (1 - f))
+    se = np.sqrt(variance / counts.shape[0])
+    return np.where(expected > 0, se, 1.0)
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_offspring_counts_unbiased(scheme):
     n, draws = 32, 4000
@@ -80,10 +101,8 @@ def test_offspring_counts_unbiased(scheme):
     counts = offspring(rows, n)
     assert (counts.sum(1) == n).all()
     assert (counts[:, w == 0] == 0).all()  # an impossible particle is never an ancestor
-    # The mean count is N w to within its Monte Carlo error (5 standard errors; the
-    # variance of a count is at most N w (1 - w), which bounds a zero empirical variance).
-    se = np.sqrt(np.maximum(counts.var(0), n * w * (1 - w) / 10) / draws)
-    z = np.abs(counts.mean(0) - n * w) / np.where(w > 0, se, 1.0)
+    # The mean count is N w to within its Monte Carlo error (5 standard errors).
+    z = np.abs(counts.mean(0) - n * w) / standard_error(counts, n * w, scheme)
     assert z.max() < 5, (scheme, z.max())
     lo, hi = np.floor(n * w), np.ceil(n * w)
     if scheme in ("systematic", "residual"):  # the theory guarantees floor/ceil
@@ -102,11 +121,11 @@ def test_offspring_counts_unbiased_many_particles(scheme):
     keys = jax.random.split(jax.random.key(2), draws)
     rows = jax.jit(jax.vmap(lambda k: ancestors(k, lw, scheme)))(keys)
     counts = offspring(rows, n)
-    se = np.sqrt(np.maximum(counts.var(0), n * w * (1 - w) / 10) / draws)
-    z = np.abs(counts.mean(0) - n * w) / np.where(w > 0, se, 1.0)
+    z = np.abs(counts.mean(0) - n * w) / standard_error(counts, n * w, scheme)
     assert z.max() < 6, (scheme, z.max())  # 1000 particles: the max of 1000 |z|
-    # The overall fit: the squared z's average to ~1 for unbiased counts.
-    assert np.mean(z[w > 0] ** 2) < 1.3
+    # The overall fit: the squared z's average to ~1 for unbiased counts (0.7-1.2 over
+    # seeds: a systematic scheme's counts are correlated, so the average varies more).
+    assert np.mean(z[w > 0] ** 2) < 1.5
     if scheme in ("systematic", "residual"):
         assert (counts >= np.floor(n * w)).all() and (counts <= np.ceil(n * w)).all()
 
