@@ -11,7 +11,7 @@ Example:
 """
 
 from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
-from . import random, targets
+from . import random, smc, targets
 from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._errors import PrecisionWarning, SamplerError, SamplerTypeError
 from .adaptation import (
@@ -66,6 +66,7 @@ from .kernels import (
     select,
     unadjusted_info,
 )
+from .smc import SMC, SMCResult
 
 
 __all__ = [
@@ -119,6 +120,9 @@ __all__ = [
     "MCLMCTuning",
     "WindowAdaptation",
     "WindowAdaptationInfo",
+    # sequential Monte Carlo
+    "SMC",
+    "SMCResult",
     # reliability
     "SamplerError",
     "SamplerTypeError",
@@ -135,5 +139,6 @@ __all__ = [
     "ensembles",
     "integrators",
     "random",
+    "smc",
     "targets",
 ]

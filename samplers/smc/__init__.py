@@ -1,5 +1,9 @@
 """Sequential Monte Carlo over sharded particles.
 
+`SMC` (also `samplers.SMC`) runs adaptive tempered SMC with resample-move and returns an
+`SMCResult` with the log evidence; `ancestors` and `resample` are its resampling, usable
+on their own inside an `enn.ensemble_map` body.
+
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from samplers import smc
@@ -8,5 +12,7 @@ Example:
 """
 
 from ._resampling import SCHEMES, ancestors, resample
+from ._result import SMCResult
+from ._smc import SMC
 
-__all__ = ["SCHEMES", "ancestors", "resample"]
+__all__ = ["SCHEMES", "SMC", "SMCResult", "ancestors", "resample"]

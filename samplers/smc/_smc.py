@@ -1,0 +1,296 @@
+"""`samplers.SMC`: adaptive tempered Sequential Monte Carlo with resample-move."""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+
+import ensemblenn as enn
+
+from .. import random
+from .._errors import SamplerError
+from ..kernels import Sampler
+from ._particles import Particles, Tempered
+from ._result import SMCResult
+from ._schedule import ess_fraction, increment, log_mean_exp, next_delta, relative_variance
+from ._stage import Evaluate, Move, Resample
+from ._tuning import (
+    Metric,
+    initial_step_size,
+    metric_mode,
+    next_step_size,
+    tunes_step_size,
+    with_tuning,
+)
+from ._validate import (
+    check_callable,
+    check_density,
+    check_fields,
+    check_initial,
+    check_key,
+    check_particles,
+)
+
+
+def _as_schedule(value: Any) -> Any:
+    """A list or array of temperatures as a tuple of floats (a static field must hash);
+    anything else is left for `__check_init__` to explain."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return tuple(float(v) for v in np.asarray(value, np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        return value
+
+
+class SMC(eqx.Module):
+    """Adaptive tempered Sequential Monte Carlo with resample-move, over sharded particles.
+
+    From draws of the prior (`beta = 0`) to the posterior (`beta = 1`) through the tempered
+    targets `prior(x) L(x)^beta`. At each stage the next temperature is found by bisection
+    so that the incremental weights `L^(beta' - beta)` keep an ESS of `target_ess * N`
+    (or taken from a fixed `schedule`); the particles are reweighted, resampled
+    (`samplers.smc.resample`, across devices) and moved by `num_mutation_steps` steps of
+    any `samplers.Sampler` targeting the new tempered distribution. The kernel is tuned at
+    every stage from the population: its metric (`inverse_mass_matrix`, or a random walk's
+    per-coordinate scale) is the resampled particles' variance (`metric="diagonal"`) or
+    covariance (`"dense"`), and the step size of a Metropolis-adjusted kernel moves once
+    per stage towards `target_acceptance` from the previous stage's mean acceptance
+    (`eps * exp(acceptance - target)`).
+
+    The evidence: `log Z = sum_t log(mean_i w_i^t)`, the standard unbiased estimate of
+    `Z` (on the log scale). Its standard error is estimated as `sqrt(sum_t v_t)`, with
+    `v_t` the first-order variance of stage `t`'s `log(mean w)`, computed from the
+    incremental weights grouped by family (the particles that descend from one particle
+    at the previous resampling): `v_t = sum_f (sum_{i in f} (w_i / mean w - 1))^2 / N^2`.
+    Grouping counts what the mutation steps leave correlated between copies of one
+    particle; correlations across more than one stage are neglected, so with mutation
+    steps that barely move the particles the error is underestimated (see
+    `SMCResult.verdict`). log Z is relative to the prior's normalisation: it is the log
+    marginal likelihood only when `log_prior` is a normalised density (NumPyro priors
+    are) and the particles are draws from it.
+
+    Every stage is one `enn.ensemble_map` program (compiled once, reused at every
+    temperature); the host only picks temperatures and step sizes from `N` log
+    likelihoods per stage, in float64 numpy. With `block_size` the whole run is the same
+    bits on any number of devices.
+
+    Attributes:
+        kernel: the mutation kernel (any `samplers.Sampler`).
+        num_mutation_steps: kernel steps per particle and stage.
+        target_ess: the fraction of `N` each reweighting keeps as ESS (adaptive schedule).
+        schedule: fixed temperatures (increasing, in (0, 1], ending at 1) instead of the
+            adaptive ones; None: adaptive.
+        resampling: "systematic" (default), "stratified", "multinomial" or "residual".
+        metric: "diagonal" (default), "dense" or None (keep the kernel's own).
+        target_acceptance: the acceptance the step size is tuned to; None takes the
+            kernel's `default_target_acceptance`. Unadjusted kernels keep their step size.
+        max_stages: the most stages an adaptive schedule may take (a schedule that stalls
+            stops there: `SMCResult.verdict` says so).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, samplers
+        >>> log_prior = lambda x: -0.5 * jnp.sum(x**2) - jnp.log(2 * jnp.pi)   # N(0, I), 2-d
+        >>> log_likelihood = lambda x: -0.5 * jnp.sum((x - 1.0) ** 2) - jnp.log(2 * jnp.pi)
+        >>> particles = jax.random.normal(jax.random.key(0), (256, 2))
+        >>> smc = samplers.SMC(samplers.MALA(step_size=0.5), num_mutation_steps=5)
+        >>> result = smc.run(log_prior, log_likelihood, particles, key=jax.random.key(1))
+        >>> exact = -jnp.log(4 * jnp.pi) - 0.5   # log N(1; 0, 2 I) in 2-d
+        >>> bool(abs(result.log_evidence - exact) < 4 * result.log_evidence_se)
+        True
+        >>> result.particles.shape, float(result.temperatures[-1])
+        ((256, 2), 1.0)
+    """
+
+    kernel: Sampler
+    num_mutation_steps: int = eqx.field(static=True, default=10)
+    target_ess: float = eqx.field(static=True, default=0.5)
+    schedule: tuple[float, ...] | None = eqx.field(
+        static=True, default=None, converter=_as_schedule
+    )
+    resampling: Literal["systematic", "stratified", "multinomial", "residual"] = eqx.field(
+        static=True, default="systematic"
+    )
+    metric: Metric = eqx.field(static=True, default="diagonal")
+    target_acceptance: float | None = eqx.field(static=True, default=None)
+    max_stages: int = eqx.field(static=True, default=1000)
+
+    def __check_init__(self) -> None:
+        check_fields(self)
+
+    def acceptance_target(self) -> float:
+        """The acceptance the step size is tuned to."""
+        if self.target_acceptance is not None:
+            return float(self.target_acceptance)
+        return float(type(self.kernel).default_target_acceptance)
+
+    def next_temperature(self, log_likelihood: np.ndarray, beta: float, stage: int) -> float:
+        """The temperature after `beta` at `stage` (0-based): from the schedule, or by
+        bisection on the incremental weights' ESS. Override to change the rule."""
+        if self.schedule is not None:
+            return float(self.schedule[stage])
+        delta = next_delta(log_likelihood, beta, self.target_ess)
+        return 1.0 if beta + delta >= 1.0 else beta + delta
+
+    def run(
+        self,
+        log_prior: Callable[[PyTree], Float[Array, ""]],
+        log_likelihood: Callable[[PyTree], Float[Array, ""]],
+        particles: PyTree,
+        *,
+        key: PRNGKeyArray,
+        mesh: Any = None,
+        axis: str = "chains",
+        block_size: int | Literal["auto"] | None = None,
+    ) -> SMCResult:
+        """Move `particles` from the prior to the posterior; estimate the evidence.
+
+        Args:
+            log_prior: the log prior density of ONE particle's pytree (normalised, for
+                log Z to be the log marginal likelihood).
+            log_likelihood: the log likelihood of one particle's pytree (`-inf` where it
+                is zero; NaN or `+inf` is an error).
+            particles: draws from the prior: any pytree of floating arrays with a leading
+                particle axis (`N` particles, a multiple of the device count).
+            key: the run's PRNG key.
+            mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
+            axis: the mesh axis the particles are sharded over.
+            block_size: `None` runs each device's particles in one batch (fastest; equal
+                to rounding across device counts); an int or `"auto"` is the bitwise mode
+                of `samplers.run` (`enn.batch_invariant` blocks): the same bits on any
+                device count.
+
+        Returns:
+            A `samplers.SMCResult`.
+
+        Raises:
+            samplers.SamplerError: bad arguments (before anything compiles); a log prior
+                that is not finite or a log likelihood that is NaN/+inf at an initial
+                particle, or every weight zero at a stage (before that stage runs).
+        """
+        check_callable("log_prior", log_prior)
+        check_callable("log_likelihood", log_likelihood)
+        check_key(key)
+        structure = Particles.of(particles)
+        check_particles(structure)
+        check_density("log_prior", log_prior, structure)
+        check_density("log_likelihood", log_likelihood, structure)
+        self.kernel.check_dim(structure.dim, structure.num_particles)
+        x = structure.ravel(particles)
+        return _Runner(self, structure, log_prior, log_likelihood, mesh, axis, block_size).go(
+            x, key
+        )
+
+
+class _Runner:
+    """The host loop over stages (one run's mutable bookkeeping)."""
+
+    def __init__(self, smc: SMC, structure: Particles, log_prior: Any, log_likelihood: Any,
+                 mesh: Any, axis: str, block_size: Any):  # fmt: skip
+        self.smc, self.structure = smc, structure
+        self.log_prior, self.log_likelihood = log_prior, log_likelihood
+        mapping = dict(mesh=mesh, axis=axis, block_size=block_size)
+        self.evaluate = enn.ensemble_map(Evaluate(), in_roles=(enn.PER_CHAIN, None), **mapping)
+        self.mode = metric_mode(smc.kernel, smc.metric)
+        resampler = Resample(smc.resampling, smc.metric if self.mode else None)
+        self.resample = enn.ensemble_map(
+            resampler, in_roles=(enn.PER_CHAIN, enn.PER_CHAIN, enn.BROADCAST), **mapping
+        )
+        self.move = enn.ensemble_map(
+            Move(smc.num_mutation_steps), in_roles=(enn.PER_CHAIN, None, None, enn.BROADCAST),
+            **mapping,
+        )  # fmt: skip
+
+    def tempered(self, beta: float) -> Tempered:
+        return Tempered(self.log_prior, self.log_likelihood, self.structure,
+                        jnp.asarray(beta, self.structure.dtype))  # fmt: skip
+
+    def go(self, x: Array, key: PRNGKeyArray) -> SMCResult:
+        smc, n = self.smc, self.structure.num_particles
+        lp, ll = self.evaluate(x, self.tempered(0.0))
+        check_initial(np.asarray(lp), np.asarray(ll))
+        ll_host = np.asarray(ll, np.float64)
+        dtype = self.structure.dtype
+        kernel = _arrays(smc.kernel, dtype)
+        step_size = initial_step_size(smc.kernel)
+        tune = tunes_step_size(smc.kernel)
+        target = smc.acceptance_target()
+        beta, log_z, var_z, families = 0.0, 0.0, 0.0, None
+        names = ("beta", "ess", "acceptance", "step_size", "increment")
+        history: dict[str, list] = {k: [] for k in names}
+        num_stages = len(smc.schedule) if smc.schedule is not None else smc.max_stages
+        ancestor = jnp.arange(n, dtype=jnp.int32)
+        nonfinite = 0
+        for t in range(num_stages):
+            new_beta = smc.next_temperature(ll_host, beta, t)
+            log_w = increment(ll_host, new_beta - beta)
+            if not np.any(np.isfinite(log_w)):
+                raise SamplerError(
+                    f"SMC.run: every particle's weight is zero at stage {t + 1} (temperature "
+                    f"{beta:.6g} -> {new_beta:.6g}): the log likelihood is -inf at all "
+                    f"{n} particles.\n  fix: more particles, or a prior that puts mass where "
+                    "the likelihood is positive."
+                )
+            inc = log_mean_exp(log_w)
+            log_z += inc
+            var_z += relative_variance(log_w, families)
+            history["beta"].append(new_beta)
+            history["ess"].append(ess_fraction(log_w) * n)
+            history["increment"].append(inc)
+            history["step_size"].append(step_size)
+            k_resample, k_move = random.split(random.fold_in(key, t))
+            x, ancestor, metric = self.resample(x, jnp.asarray(log_w, dtype), k_resample)
+            eps = jnp.asarray(step_size, jnp.float32)
+            tuned = with_tuning(kernel, eps, metric, self.mode)
+            x, lp, ll, acc = self.move(x, tuned, self.tempered(new_beta), k_move)
+            ll_host = np.asarray(ll, np.float64)
+            bad = np.isnan(ll_host) | np.isposinf(ll_host)
+            nonfinite += int(bad.sum())
+            ll_host = np.where(bad, -np.inf, ll_host)  # counted, then weight zero
+            families = np.asarray(ancestor)
+            mean_acc = float(np.mean(np.asarray(acc, np.float64))) / smc.num_mutation_steps
+            history["acceptance"].append(mean_acc)
+            if tune:
+                step_size = next_step_size(step_size, mean_acc, target)
+            beta = new_beta
+            if beta >= 1.0:
+                break
+        return SMCResult(
+            particles=self.structure.unravel(x),
+            log_weights=jnp.zeros((n,), dtype),
+            log_likelihood=ll,
+            log_prior=lp,
+            log_evidence=float(log_z),
+            log_evidence_se=float(np.sqrt(var_z)),
+            temperatures=np.asarray([0.0] + history["beta"]),
+            ess=np.asarray(history["ess"]),
+            acceptance=np.asarray(history["acceptance"]),
+            step_sizes=np.asarray(history["step_size"]),
+            log_evidence_increments=np.asarray(history["increment"]),
+            ancestors=ancestor,
+            kernel=tuned if history["beta"] else smc.kernel,
+            num_nonfinite=nonfinite,
+            adjusted=tune,
+            names=self.structure.names,
+            num_mutation_steps=smc.num_mutation_steps,
+        )
+
+
+def _arrays(kernel: Sampler, dtype: Any) -> Sampler:
+    """The kernel with its tuned fields as arrays, so every stage's kernel has the same
+    static structure (one compiled program for all stages)."""
+    updates = {}
+    for name in ("step_size", "inverse_mass_matrix"):
+        if any(f.name == name for f in dataclasses.fields(kernel)):
+            value = getattr(kernel, name)
+            if value is not None and not callable(value):
+                updates[name] = jnp.asarray(value, dtype)
+    if not updates:
+        return kernel
+    names = tuple(updates)
+    return eqx.tree_at(lambda k: tuple(getattr(k, n) for n in names), kernel,
+                       tuple(updates.values()), is_leaf=lambda v: v is None)  # fmt: skip
