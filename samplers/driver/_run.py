@@ -19,6 +19,7 @@ from ..kernels import Logdensity, Sampler
 from ..targets import Target
 from ._finalise import finalise
 from ._flat import flatten_target, float64_leaves, float64_message
+from ._initial import initial_positions, start_unset
 from ._loop import Sampled, chunk_loop, save
 from ._prepare import prepare
 from ._progress import Progress
@@ -29,6 +30,7 @@ from ._validate import (
     check_inputs,
     check_key,
     check_logdensity,
+    check_logdensity_given,
     check_options,
     check_run_flags,
     check_sampler_dim,
@@ -37,12 +39,13 @@ from ._verdict import ConvergenceWarning
 
 
 def run(
-    sampler: Sampler | None,
-    logdensity: Logdensity,
-    positions: Float[Array, "chains dim"],
+    sampler: Sampler | None = None,
+    logdensity: Logdensity | None = None,
+    positions: Float[Array, "chains dim"] | Any = None,
     *,
     key: PRNGKeyArray,
     num_steps: int,
+    num_chains: int | None = None,
     num_warmup: int = 0,
     adaptation: Adaptation | None = None,
     mesh: Any = None,
@@ -68,14 +71,26 @@ def run(
     for a trace.
 
     Args:
-        sampler: the kernel (`None` if the adaptation builds its own, as LAPS can).
-        logdensity: a callable `position -> log density`, or a target module; a target's
-            `reference` moments are used for `bias_squared` when `reference` is None.
-        positions: initial positions, `(num_chains, dim)`. float64 positions (numpy's
-            default) are sampled in float32 unless `jax_enable_x64` is on: a
-            `samplers.PrecisionWarning` then names them and the fix.
+        sampler: the kernel (None if the adaptation builds its own, as LAPS can:
+            `samplers.run(logdensity=target, adaptation=samplers.LAPS(), ...)`). A step size
+            left None (`samplers.NUTS()`) is tuned by the adaptation, starting at 1.0; without
+            an adaptation it is an error.
+        logdensity: a callable `position -> log density` of one chain's position, or a
+            target module; a target's `reference` moments are used for `bias_squared` when
+            `reference` is None.
+        positions: initial positions: an array `(num_chains, dim)`, or any pytree of float
+            arrays with a leading chain axis (e.g. `{"mu": (num_chains,), "theta":
+            (num_chains, 8)}`, a NumPyro target's sites), which `logdensity` then receives
+            one chain at a time. None draws them from the target (`initial_positions` of a
+            `samplers.targets.from_numpyro` target: NumPyro's uniform in (-2, 2) on the
+            unconstrained scale; `initial_position` of a standard target) for `num_chains`
+            chains. float64 positions (numpy's default) are sampled in float32 unless
+            `jax_enable_x64` is on: a `samplers.PrecisionWarning` then names them and the
+            fix.
         key: the run's PRNG key.
         num_steps: sampling steps after warmup/adaptation; moments cover these.
+        num_chains: the number of chains when `positions` is None (else it must match
+            their leading axis, or be left out).
         num_warmup: steps run and discarded before sampling (besides any adaptation).
         adaptation: an ensemble adaptation scheme (`samplers.LAPS`, `ChEES`, `MEADS`).
         mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
@@ -135,8 +150,11 @@ def run(
         ((8, 3), (3,))
     """
     use_default_cache()  # JAX's persistent cache, unless the user chose (_compilation_cache)
-    check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
     check_key(key)
+    check_logdensity_given(logdensity)
+    check_inputs(sampler, adaptation, logdensity, positions, num_steps, num_warmup, thin)
+    sampler = start_unset(sampler, adaptation)
+    positions = initial_positions(logdensity, positions, num_chains, key)
     wide = float64_leaves(positions)  # before JAX converts them to float32
     positions = jax.tree.map(lambda x: jnp.asarray(x) if isinstance(x, np.ndarray) else x,
                              positions)  # fmt: skip

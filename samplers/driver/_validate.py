@@ -152,6 +152,18 @@ def check_options(
         raise SamplerTypeError(f"track_bias must be True or False, got {track_bias!r}.")
 
 
+def check_logdensity_given(logdensity: Any) -> None:
+    """A log density is the one input `run` cannot do without (it has a default of None
+    only so that the sampler before it can be left out by keyword)."""
+    if logdensity is None:
+        raise SamplerTypeError(
+            "samplers.run needs a log density: a callable of one chain's position, or a "
+            "target.\n  fix: samplers.run(sampler, logdensity, positions, key=..., "
+            "num_steps=...), or samplers.run(logdensity=target, adaptation=samplers.LAPS(), "
+            "num_chains=128, key=..., num_steps=...)."
+        )
+
+
 def check_inputs(
     sampler: Any,
     adaptation: Any,
@@ -164,7 +176,9 @@ def check_inputs(
     if adaptation is None and not isinstance(sampler, Sampler):
         raise SamplerTypeError(
             f"sampler must be a samplers.Sampler (e.g. samplers.HMC(...)), got "
-            f"{type(sampler).__name__}."
+            f"{type(sampler).__name__}.\n  fix: samplers.run(samplers.NUTS(), target, "
+            "positions, adaptation=samplers.WindowAdaptation(), ...), or an adaptation that "
+            "builds its own kernel: adaptation=samplers.LAPS()."
         )
     if adaptation is not None and not isinstance(adaptation, Adaptation):
         raise SamplerTypeError(

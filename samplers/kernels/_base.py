@@ -37,6 +37,12 @@ def resolve(value: Hyper, count: Int[Array, ""] | int) -> Array:
     """
     if isinstance(value, enn.PerChainValue):
         value = value.value
+    if value is None:  # a step size left to an adaptation, used without one
+        raise SamplerError(
+            "a hyperparameter is None (not set) where a kernel needs its value.\n  fix: set "
+            "it, e.g. samplers.NUTS(step_size=0.1), or let samplers.run's adaptation tune it "
+            "(adaptation=samplers.WindowAdaptation())."
+        )
     if callable(value) and not isinstance(value, jax.Array):
         value = value(count)
     return jnp.asarray(value)
@@ -50,6 +56,7 @@ def hyperparameter(
     finite: bool = True,
     maximum: float | None = None,
     shape: Literal["vector", "scalar", "metric"] = "vector",
+    tuned: bool = False,
     **field_kwargs: Any,
 ) -> Any:
     """An `eqx.field` for a kernel hyperparameter, with what the base class checks.
@@ -60,8 +67,10 @@ def hyperparameter(
     dense matrix: its diagonal), `nonnegative` (>= 0), `integer` (whole numbers), `finite`
     (no NaN or inf; on by default), `maximum` (<= it). `shape` says what `Sampler.check_dim`
     accepts once the dimension is known: `"vector"` a scalar or `(dim,)`, `"scalar"` a
-    scalar only, `"metric"` a scalar, `(dim,)` or `(dim, dim)`. Other keywords go to
-    `eqx.field`.
+    scalar only, `"metric"` a scalar, `(dim,)` or `(dim, dim)`. `tuned` marks one that
+    an adaptation sets (a step size): it may be left None (declare `default=None`), which
+    `samplers.run` accepts only with an adaptation (see `Sampler.unset_hyperparameters`).
+    Other keywords go to `eqx.field`.
 
     Example:
         >>> import jax.numpy as jnp, samplers
@@ -84,6 +93,7 @@ def hyperparameter(
         finite=finite,
         maximum=maximum,
         shape=shape,
+        tuned=tuned,
     )
     return eqx.field(metadata=metadata, **field_kwargs)
 
@@ -296,6 +306,24 @@ class Sampler(eqx.Module):
                     f"  fix: a hyperparameter of shape "
                     f"{' or '.join(str(s) for s in shapes)} (dim={dim})."
                 )
+
+    def unset_hyperparameters(self) -> tuple[str, ...]:
+        """The hyperparameters left for an adaptation to set: those declared `tuned` (the
+        step sizes of the built-in kernels) that are None.
+
+        `samplers.run` refuses them without an adaptation, and with one starts them at 1.0
+        (its step-size search then moves them to the right scale).
+
+        Example:
+            >>> import samplers
+            >>> samplers.NUTS().unset_hyperparameters(), samplers.NUTS(0.1).unset_hyperparameters()
+            (('step_size',), ())
+        """
+        return tuple(
+            f.name
+            for f in dataclasses.fields(self)
+            if f.metadata.get("tuned", False) and getattr(self, f.name, None) is None
+        )
 
     @abc.abstractmethod
     def init(

@@ -56,7 +56,7 @@ class GHMC(Sampler):
     optax schedule of the step count.
 
     Attributes:
-        step_size: the leapfrog step.
+        step_size: the leapfrog step; None (the default) leaves it to the adaptation.
         momentum_persistence: `alpha` in `[0, 1]`.
         damping: `gamma >= 0`; exclusive with `momentum_persistence`.
         inverse_mass_matrix: `M^{-1}`, scalar, `(dim,)` or `(dim, dim)`.
@@ -77,7 +77,7 @@ class GHMC(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.8
 
-    step_size: Hyper = hyperparameter(positive=True)
+    step_size: Hyper = hyperparameter(positive=True, tuned=True, default=None)
     momentum_persistence: Hyper = hyperparameter(nonnegative=True, maximum=1.0, default=None)
     damping: Hyper = hyperparameter(nonnegative=True, default=None)
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=1.0)

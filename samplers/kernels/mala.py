@@ -41,7 +41,7 @@ class MALA(Sampler):
 
     Attributes:
         step_size: `h`: a number, a broadcast array, an `enn.PerChainValue` or an optax
-            schedule of the step count.
+            schedule of the step count; None (the default) leaves it to the adaptation.
         inverse_mass_matrix: `A`, the metric: a scalar, a diagonal `(dim,)` or a dense
             `(dim, dim)` array (same conventions and checks as `HMC`'s); 1.0 or None is
             the identity (plain MALA).
@@ -66,7 +66,7 @@ class MALA(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.574
 
-    step_size: Hyper = hyperparameter(positive=True)
+    step_size: Hyper = hyperparameter(positive=True, tuned=True, default=None)
     inverse_mass_matrix: Hyper | None = hyperparameter(positive=True, shape="metric", default=1.0)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 

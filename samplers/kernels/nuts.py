@@ -162,7 +162,7 @@ class NUTS(Sampler):
     `default_target_acceptance` (0.8) is the mean acceptance step-size adaptation aims at.
 
     Attributes:
-        step_size: the leapfrog step.
+        step_size: the leapfrog step; None (the default) leaves it to the adaptation.
         inverse_mass_matrix: `M^{-1}`: a scalar, diagonal `(dim,)` or dense `(dim, dim)`
             array; None is the identity.
         max_tree_depth: the most doublings per transition (a Python int, 1 to 30); a
@@ -186,7 +186,7 @@ class NUTS(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.8
 
-    step_size: Hyper = hyperparameter(positive=True)
+    step_size: Hyper = hyperparameter(positive=True, tuned=True, default=None)
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=None)
     max_tree_depth: int = eqx.field(static=True, default=10)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)

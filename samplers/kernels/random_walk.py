@@ -22,7 +22,7 @@ class RandomWalk(Sampler):
         step_size: the proposal's standard deviation: a number, a broadcast array (a
             `(dim,)` array gives one scale per coordinate, and `Info.step_size` then
             reports that vector), an `enn.PerChainValue` or an optax schedule of the step
-            count.
+            count; None (the default) leaves it to the adaptation.
         divergence_threshold: (keyword-only) a proposal whose log-density falls more
             than this below the current one (or is not finite) is reported divergent.
 
@@ -38,7 +38,7 @@ class RandomWalk(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.234
 
-    step_size: Hyper = hyperparameter(positive=True)
+    step_size: Hyper = hyperparameter(positive=True, tuned=True, default=None)
     divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD, kw_only=True)
 
     @property
