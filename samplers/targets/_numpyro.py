@@ -14,6 +14,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 import ensemblenn as enn
 
+from .._errors import SamplerError
+
 __all__ = ["NumPyroTarget", "from_numpyro"]
 
 
@@ -84,6 +86,97 @@ class NumPyroTarget(eqx.Module):
         )  # fmt: skip
         keep = set(self.shapes) | set(self.deterministic)
         return {name: value for name, value in values.items() if name in keep}
+
+    def log_likelihood(self, position: dict) -> Float[Array, ""]:
+        """The log density of the observed sites (the data, and `numpyro.factor` terms) at
+        one chain's unconstrained values: `samplers.SMC`'s likelihood.
+
+        Masks and `numpyro.handlers.scale` apply as in NumPyro's log joint. With
+        `log_prior`, it sums to the target's log density.
+
+        Example:
+            >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist, samplers
+            >>> def model(y):
+            ...     mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+            ...     numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+            >>> target = samplers.targets.from_numpyro(model, jnp.array([1.0]))
+            >>> round(float(target.log_likelihood({"mu": jnp.float32(1.0)})), 4)  # log N(1; 1, 1)
+            -0.9189
+        """
+        util = _numpyro_util()
+        args, kwargs = self.model_args, self.model_kwargs
+        constrained = util.constrain_fn(self.model, args, kwargs, position)
+        _, trace = util.log_density(self.model, args, kwargs, constrained)
+        total = jnp.zeros((), self.dtype)
+        for site in trace.values():
+            if site["type"] != "sample" or not site.get("is_observed", False):
+                continue
+            value = site["value"]
+            if site.get("intermediates"):
+                log_prob = site["fn"].log_prob(value, site["intermediates"])
+            else:
+                log_prob = site["fn"].log_prob(value)
+            if site.get("mask") is not None:
+                log_prob = jnp.where(site["mask"], log_prob, 0.0)
+            if site.get("scale") is not None:
+                log_prob = site["scale"] * log_prob
+            total = total + jnp.sum(log_prob)
+        return total
+
+    def log_prior(self, position: dict) -> Float[Array, ""]:
+        """The log prior density of one chain's unconstrained values: the latent sites'
+        densities with the Jacobians of their transforms to the unconstrained scale (a
+        normalised density there, when the model's priors are proper): `samplers.SMC`'s
+        prior.
+
+        Example:
+            >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist, samplers
+            >>> def model():
+            ...     numpyro.sample("scale", dist.Exponential(1.0))
+            >>> target = samplers.targets.from_numpyro(model)
+            >>> # u = log(scale): density exp(-e^u) e^u, at u = 0: -1 + 0
+            >>> float(target.log_prior({"scale": jnp.float32(0.0)}))
+            -1.0
+        """
+        return self(position) - self.log_likelihood(position)
+
+    def prior_particles(self, key: PRNGKeyArray, num_particles: int) -> dict:
+        """Independent draws of the prior on the unconstrained scale, one per particle:
+        `samplers.SMC`'s initial particles (a dict, leaves `(num_particles, *shape)`).
+
+        Raises:
+            samplers.SamplerError: a latent site's prior cannot be sampled (an improper
+                prior such as `dist.ImproperUniform`): SMC needs draws of a proper prior,
+                and its log evidence a normalised one.
+
+        Example:
+            >>> import jax, numpyro, numpyro.distributions as dist, samplers
+            >>> def model():
+            ...     numpyro.sample("scale", dist.Exponential(1.0))
+            >>> target = samplers.targets.from_numpyro(model)
+            >>> target.prior_particles(jax.random.key(0), 256)["scale"].shape
+            (256,)
+        """
+        util = _numpyro_util()
+        from numpyro import handlers
+
+        args, kwargs = self.model_args, self.model_kwargs
+
+        def draw(k: PRNGKeyArray) -> dict:
+            trace = handlers.trace(handlers.seed(self.model, k)).get_trace(*args, **kwargs)
+            values = {name: trace[name]["value"] for name, _ in self.sites}
+            return util.unconstrain_fn(self.model, args, kwargs, values)
+
+        try:
+            draws = jax.vmap(draw)(jax.random.split(key, num_particles))
+        except NotImplementedError as err:
+            why = str(err) or "an improper prior"
+            raise SamplerError(
+                f"prior_particles: a latent site's prior cannot be sampled ({why}).\n  fix: "
+                "give every latent site a proper prior distribution; SMC starts from draws "
+                "of the prior, and its log evidence is relative to the prior's normalisation."
+            ) from None
+        return {name: jnp.asarray(draws[name], self.dtype) for name, _ in self.sites}
 
     def initial_positions(self, key: PRNGKeyArray, num_chains: int) -> dict:
         """Starting points as NumPyro's `init_to_uniform` draws them: uniform in (-2, 2) on
