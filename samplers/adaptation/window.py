@@ -29,6 +29,7 @@ from ._bias_monitor import BiasMonitor, monitor_field
 from ._dual_averaging import DualAveraging
 from ._protocol import Adaptation
 from ._restart import is_healthy, restart_unhealthy
+from ._ticks import tick
 from ._window_metric import WindowSums
 from ._window_schedule import phases, window_schedule
 from ._window_step_size import averaging, heuristic_step_size, initial_step_size
@@ -321,6 +322,7 @@ class WindowAdaptation(Adaptation):
 
         def body(c: _Carry, xs: tuple) -> tuple:
             t, in_window, window_start, window_end, reinit = xs
+            tick(t)
             c = self._repair_non_finite(sampler, logdensity, c, random.fold_in(k_restart, t))
             c = jax.lax.cond(  # at the start and after each metric update
                 reinit,
