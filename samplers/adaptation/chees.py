@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from .. import random
-from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad, velocity
+from ..integrators import sample_momentum, value_and_grad, velocity
 from ..kernels import (
     DIVERGENCE_THRESHOLD,
     HMC,
@@ -32,7 +32,7 @@ from ..kernels import (
     Info,
     Logdensity,
     Sampler,
-    metropolis_info,
+    hamiltonian_proposal,
     next_count,
     resolve,
     select,
@@ -143,25 +143,15 @@ class _ChEESKernel(Sampler):
         num_steps = jnp.clip(jnp.ceil(length), 1, self.max_num_steps).astype(jnp.int32)
         imm = self.inverse_mass_matrix
         p0 = sample_momentum(state.position, imm, key_momentum)
-        x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity),
-            state.position,
-            p0,
-            state.grad,
-            self.step_size,
-            imm,
-            num_steps,
-            logdensity=state.logdensity,
-        )
-        energy_change = kinetic_energy(p, imm) - logp - kinetic_energy(p0, imm) + state.logdensity
-        accept, info = metropolis_info(
-            energy_change,
-            key_accept,
-            num_grads=num_steps,
-            step_size=self.step_size,
+        accept, info, end = hamiltonian_proposal(
+            logdensity, state, p0, self.step_size, imm, num_steps, key_accept,
             divergence_threshold=self.divergence_threshold,
+        )  # fmt: skip
+        new = eqx.tree_at(
+            lambda s: (s.position, s.logdensity, s.grad),
+            state,
+            (end.position, end.logdensity, end.grad),
         )
-        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state, (x, logp, grad))
         info = _ChEESInfo(
             **{
                 f: getattr(info, f)
@@ -174,8 +164,8 @@ class _ChEESKernel(Sampler):
                 )
             },
             start=state.position,
-            proposal=x,
-            velocity=velocity(p, imm),
+            proposal=end.position,
+            velocity=velocity(end.momentum, imm),
             time_scale=jnp.asarray(h, jnp.float32),
             start_healthy=is_healthy(state),
         )

@@ -1,6 +1,7 @@
 """The pieces every kernel's transition shares, in one home: the Metropolis-Hastings
 accept/reject and its `Info`, the divergence rule, finiteness checks, the gradient-carrying
-state and its initialisation, the step counter and the jittered path length.
+state and its initialisation, the step counter, the jittered path length, and the
+Hamiltonian proposal (leapfrog trajectory plus Metropolis test) of HMC, GHMC and ChEES.
 
 Every function that takes a PRNG key takes it LAST, as `Sampler.init` and `Sampler.step` do.
 """
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .. import random
-from ..integrators import value_and_grad
+from ..integrators import kinetic_energy, leapfrog, value_and_grad
 from ._base import Info, Logdensity, State
 
 DIVERGENCE_THRESHOLD = 1000.0
@@ -196,3 +197,66 @@ def select(accept: Bool[Array, ""], new: Any, old: Any) -> Any:
         ([0.0, 0.0], 0)
     """
     return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)
+
+
+class Trajectory(eqx.Module):
+    """The end of a leapfrog trajectory: position, momentum, log density and gradient."""
+
+    position: Float[Array, " dim"]
+    momentum: Float[Array, " dim"]
+    logdensity: Float[Array, ""]
+    grad: Float[Array, " dim"]
+
+
+def hamiltonian_proposal(
+    logdensity: Logdensity,
+    state: Any,
+    momentum: Float[Array, " dim"],
+    step_size: Float[Array, ""],
+    inverse_mass_matrix: Array,
+    num_steps: Int[Array, ""] | int,
+    key: PRNGKeyArray,
+    *,
+    divergence_threshold: float,
+) -> tuple[Bool[Array, ""], Info, Trajectory]:
+    """`num_steps` leapfrog steps from `state` (a `GradientState`) with `momentum`, and the
+    Metropolis test of where they end: `(accept, info, end)`.
+
+    The one Hamiltonian transition of the library: HMC, GHMC and ChEES's kernel differ only
+    in how they draw the momentum and the number of steps, and in what they keep of `end`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from samplers.kernels import GradientState, hamiltonian_proposal
+        >>> logdensity = lambda x: -0.5 * (x**2).sum()
+        >>> state = GradientState.at(logdensity, jnp.ones(2))
+        >>> accept, info, end = hamiltonian_proposal(logdensity, state, jnp.zeros(2), 0.1, 1.0,
+        ...                                          5, jax.random.key(0),
+        ...                                          divergence_threshold=1000.0)
+        >>> end.position.shape, int(info.num_grads), bool(info.is_divergent)
+        ((2,), 5, False)
+    """
+    x, p, logp, grad = leapfrog(
+        value_and_grad(logdensity),
+        state.position,
+        momentum,
+        state.grad,
+        step_size,
+        inverse_mass_matrix,
+        num_steps,
+        logdensity=state.logdensity,
+    )
+    energy_change = (
+        kinetic_energy(p, inverse_mass_matrix)
+        - logp
+        - kinetic_energy(momentum, inverse_mass_matrix)
+        + state.logdensity
+    )
+    accept, info = metropolis_info(
+        energy_change,
+        key,
+        num_grads=num_steps,
+        step_size=step_size,
+        divergence_threshold=divergence_threshold,
+    )
+    return accept, info, Trajectory(x, p, logp, grad)

@@ -31,7 +31,7 @@ import ensemblenn as enn
 from .. import random
 from .._errors import SamplerError
 from ._base import Hyper, Info, Logdensity, Sampler, State, hyperparameter, resolve
-from ._transition import DIVERGENCE_THRESHOLD, log_density, next_count
+from ._transition import DIVERGENCE_THRESHOLD, is_divergent, log_density, next_count
 
 MIN_WALKERS = 4
 """Fewest walkers: each half needs two, since differential evolution draws a pair j != k."""
@@ -77,7 +77,7 @@ def _accept(
     energy_change = -log_ratio
     info = Info(
         acceptance_rate=jnp.minimum(1.0, jnp.exp(log_ratio)).astype(jnp.float32),
-        is_divergent=~jnp.isfinite(energy_change) | (energy_change > threshold),
+        is_divergent=is_divergent(energy_change, threshold),
         num_grads=jnp.int32(0),
         energy_change=energy_change.astype(jnp.float32),
         step_size=jnp.asarray(step_size, jnp.float32),

@@ -9,9 +9,15 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import random
 from .._errors import SamplerError
-from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
+from ..integrators import sample_momentum, value_and_grad
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
-from ._transition import DIVERGENCE_THRESHOLD, GradientState, metropolis_info, next_count, select
+from ._transition import (
+    DIVERGENCE_THRESHOLD,
+    GradientState,
+    hamiltonian_proposal,
+    next_count,
+    select,
+)
 
 
 class GHMCState(GradientState):
@@ -130,30 +136,11 @@ class GHMC(Sampler):
         p0 = self.refresh(
             state.momentum, self.persistence(step_size, count), inverse_mass_matrix, key_refresh
         )
-        x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity),
-            state.position,
-            p0,
-            state.grad,
-            step_size,
-            inverse_mass_matrix,
-            1,
-            logdensity=state.logdensity,
-        )
-        energy_change = (
-            kinetic_energy(p, inverse_mass_matrix)
-            - logp
-            - kinetic_energy(p0, inverse_mass_matrix)
-            + state.logdensity
-        )
-        accept, info = metropolis_info(
-            energy_change,
-            key_accept,
-            num_grads=1,
-            step_size=step_size,
+        accept, info, end = hamiltonian_proposal(
+            logdensity, state, p0, step_size, inverse_mass_matrix, 1, key_accept,
             divergence_threshold=self.divergence_threshold,
-        )
-        new = GHMCState(x, logp, count, grad, p)
+        )  # fmt: skip
+        new = GHMCState(end.position, end.logdensity, count, end.grad, end.momentum)
         # Rejected: stay, with the refreshed momentum reversed (Horowitz's flip).
         old = GHMCState(state.position, state.logdensity, count, state.grad, -p0)
         return next_count(select(accept, new, old)), info

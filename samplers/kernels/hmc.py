@@ -11,13 +11,13 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 import ensemblenn as enn
 
 from .. import random
-from ..integrators import kinetic_energy, leapfrog, sample_momentum, value_and_grad
+from ..integrators import sample_momentum
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import (
     DIVERGENCE_THRESHOLD,
     GradientState,
+    hamiltonian_proposal,
     jittered_steps,
-    metropolis_info,
     next_count,
     select,
 )
@@ -113,28 +113,13 @@ class HMC(Sampler):
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
         num_steps = self.num_steps(count, key_length)
         p0 = self.momentum(state.position, count, key_momentum)
-        x, p, logp, grad = leapfrog(
-            value_and_grad(logdensity),
-            state.position,
-            p0,
-            state.grad,
-            step_size,
-            inverse_mass_matrix,
-            num_steps,
-            logdensity=state.logdensity,
-        )
-        energy_change = (
-            kinetic_energy(p, inverse_mass_matrix)
-            - logp
-            - kinetic_energy(p0, inverse_mass_matrix)
-            + state.logdensity
-        )
-        accept, info = metropolis_info(
-            energy_change,
-            key_accept,
-            num_grads=num_steps,
-            step_size=step_size,
+        accept, info, end = hamiltonian_proposal(
+            logdensity, state, p0, step_size, inverse_mass_matrix, num_steps, key_accept,
             divergence_threshold=self.divergence_threshold,
+        )  # fmt: skip
+        new = eqx.tree_at(
+            lambda s: (s.position, s.logdensity, s.grad),
+            state,
+            (end.position, end.logdensity, end.grad),
         )
-        new = eqx.tree_at(lambda s: (s.position, s.logdensity, s.grad), state, (x, logp, grad))
         return next_count(select(accept, new, state)), info

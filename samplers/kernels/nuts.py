@@ -20,7 +20,7 @@ from ..integrators import (
     velocity,
 )
 from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
-from ._transition import DIVERGENCE_THRESHOLD, GradientState, next_count, select
+from ._transition import DIVERGENCE_THRESHOLD, GradientState, is_divergent, next_count, select
 
 MAX_TREE_DEPTH_LIMIT = 30
 """The largest `max_tree_depth` accepted: leaf counters are int32 (2^30 leapfrog steps)."""
@@ -342,7 +342,7 @@ class NUTS(Sampler):
                 logdensity=e.logdensity,
             )
             energy_change = kinetic_energy(p, inverse_mass_matrix) - logp - energy0
-            divergent = ~jnp.isfinite(energy_change) | (energy_change > self.divergence_threshold)
+            divergent = is_divergent(energy_change, self.divergence_threshold)
             log_w = jnp.where(jnp.isfinite(energy_change), -energy_change, -jnp.inf)
             log_weight = jnp.logaddexp(s.log_weight, log_w)
             # Multinomial within the subtree: the new leaf replaces the draw w.p. w / W.
