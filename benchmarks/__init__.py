@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "first_call": ((4,), "a fresh process's first LAPS call vs BlackJAX's, cache cold and warm"),
     "accelerator": ((1,), "samplers.run (defaults, bitwise), bare scan and BlackJAX, per step"),
     "kernels": ((1,), "XLA kernels per step: samplers.run vs the bare kernel scan (from HLO)"),
+    "smc": ((4,), "SMC: resampling per scheme; samplers.SMC vs BlackJAX tempered SMC"),
 }
 
 __all__ = ["BENCHMARKS"]
