@@ -15,6 +15,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
+from .. import random
 from ..kernels import Logdensity, Sampler, State, init_chain, select
 from ._base import AdaptationInfo
 
@@ -93,6 +94,30 @@ def restart_unhealthy(
     return state, jnp.where(num_ok > 0, num_bad, 0).astype(jnp.int32)
 
 
+def restart_after_run(
+    sampler: Sampler,
+    logdensity: Logdensity,
+    state: State | Any,
+    key: PRNGKeyArray,
+    info: AdaptationInfo,
+    *,
+    excluded_before: Int[Array, ""],
+    restarted_before: Int[Array, ""],
+) -> tuple[State | Any, "RestartInfo"]:
+    """The tail of an `EnsembleAdaptation` that restarts unhealthy chains before and after
+    its loop (ChEES, MEADS): restart the chains unhealthy at the end (for the tuned
+    `sampler`), and report the run's `info` with every exclusion and restart counted."""
+    excluded_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
+    state, restarted_after = restart_unhealthy(sampler, logdensity, state, key)
+    return state, RestartInfo(
+        num_steps=info.num_steps,
+        num_excluded=info.num_excluded + excluded_before + excluded_after,
+        num_grads=info.num_grads,
+        num_restarted=restarted_before + restarted_after,
+        bias_history=info.bias_history,
+    )
+
+
 class RestartInfo(AdaptationInfo):
     """`AdaptationInfo` plus the chains restarted for being non-finite (ChEES, MEADS).
 
@@ -110,3 +135,50 @@ class RestartInfo(AdaptationInfo):
     """
 
     num_restarted: Int[Array, ""] = enn.broadcast()
+
+
+def restart_at_donors(
+    sampler: Sampler,
+    logdensity: Logdensity,
+    state: State | Any,
+    restart: Bool[Array, ""],
+    key: PRNGKeyArray,
+) -> tuple[State | Any, Int[Array, ""]]:
+    """Restart the chains where `restart` is True at the position of a donor (one chain's
+    view): a chain that is healthy and not restarted, drawn uniformly with this chain's
+    own `key` (so the draw does not depend on the device count), then `sampler.init`
+    there. Nothing happens when no chain restarts, or when there is no donor. Returns the
+    state and the number of chains restarted (the same in every chain).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, ensemblenn as enn, samplers
+        >>> from samplers.adaptation._restart import restart_at_donors
+        >>> logdensity = lambda x: -0.5 * jnp.sum(x**2)
+        >>> kernel = samplers.MALA(step_size=0.5)
+        >>> def restart(x, key):
+        ...     state = kernel.init(logdensity, x, key)
+        ...     return restart_at_donors(kernel, logdensity, state, x[0] > 10.0, key)
+        >>> fn = enn.ensemble_map(restart, in_roles=enn.PER_CHAIN, out_roles=(enn.PER_CHAIN, None))
+        >>> x = jnp.array([[0.0, 1.0], [50.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+        >>> state, num = fn(x, enn.chain_keys(jax.random.key(0), 4))
+        >>> int(num), state.position[1].tolist() in x[jnp.array([0, 2, 3])].tolist()
+        (1, True)
+    """
+    donor_ok = is_healthy(state) & ~restart
+    num_restart = enn.chain_sum(restart.astype(jnp.int32))
+    num_donors = enn.chain_sum(donor_ok.astype(jnp.int32))
+
+    def move(state: Any) -> Any:
+        every_ok = enn.chain_all_gather(donor_ok)
+        every_x = enn.chain_all_gather(state.position)
+        rank = jnp.floor(random.uniform(key, ()) * num_donors).astype(jnp.int32)
+        rank = jnp.clip(rank, 0, jnp.maximum(num_donors - 1, 0))
+        donor = jnp.argmax(every_ok & (jnp.cumsum(every_ok) - 1 == rank))
+        fresh = init_chain(sampler, logdensity, every_x[donor], key)
+        fresh = jax.tree.map(lambda f, s: jnp.asarray(f).astype(jnp.result_type(s)), fresh, state)
+        return select(restart, fresh, state)
+
+    # Both counts are ensemble-wide, so every device takes the same branch.
+    go = (num_restart > 0) & (num_donors > 0)
+    state = jax.lax.cond(go, move, lambda s: s, state)
+    return state, jnp.where(go, num_restart, 0).astype(jnp.int32)

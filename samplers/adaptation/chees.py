@@ -39,7 +39,7 @@ from ..kernels import (
 )
 from ._base import EnsembleAdaptation, finite_chain_mean
 from ._dual_averaging import DualAveraging
-from ._restart import RestartInfo, is_healthy, restart_unhealthy
+from ._restart import RestartInfo, is_healthy, restart_after_run, restart_unhealthy
 
 _DEFAULT_OPTIMIZER = optax.adam(0.025)
 """Adam on `log T` at learning rate 0.025 (one object, so default `ChEES()`s compare equal
@@ -362,21 +362,11 @@ class ChEES(EnsembleAdaptation):
             jitter=self.jitter > 0,
             divergence_threshold=threshold,
         )
-        bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
-        state, restarted_after = restart_unhealthy(
-            tuned, logdensity, state, random.fold_in(restart_key, 1)
-        )
-        return (
-            tuned,
-            state,
-            RestartInfo(
-                num_steps=info.num_steps,
-                num_excluded=info.num_excluded + bad_before + bad_after,
-                num_grads=info.num_grads,
-                num_restarted=restarted + restarted_after,
-                bias_history=info.bias_history,
-            ),
-        )
+        state, info = restart_after_run(
+            tuned, logdensity, state, random.fold_in(restart_key, 1), info,
+            excluded_before=bad_before, restarted_before=restarted,
+        )  # fmt: skip
+        return tuned, state, info
 
     # -- the EnsembleAdaptation protocol ----------------------------------------------------
 

@@ -27,7 +27,7 @@ from ..kernels import (
     step_chain,
 )
 from ._base import EnsembleAdaptation, finite_chain_mean
-from ._restart import RestartInfo, is_healthy, restart_unhealthy
+from ._restart import RestartInfo, is_healthy, restart_after_run, restart_unhealthy
 from .chees import pack, unpack
 
 _TINY = 1e-30
@@ -289,21 +289,11 @@ class MEADS(EnsembleAdaptation):
         kernel, state, info = super().run(kernel, logdensity, state, key)
         # The last update may have changed this chain's preconditioner after its last step.
         state = eqx.tree_at(lambda s: s.momentum, state, state.momentum * kernel.momentum_scale)
-        bad_after = enn.chain_sum((~is_healthy(state)).astype(jnp.int32))
-        state, restarted_after = restart_unhealthy(
-            kernel.kernel, logdensity, state, random.fold_in(restart_key, 1)
-        )
-        return (
-            kernel.kernel,
-            state,
-            RestartInfo(
-                num_steps=info.num_steps,
-                num_excluded=info.num_excluded + bad_before + bad_after,
-                num_grads=info.num_grads,
-                num_restarted=restarted + restarted_after,
-                bias_history=info.bias_history,
-            ),
-        )
+        state, info = restart_after_run(
+            kernel.kernel, logdensity, state, random.fold_in(restart_key, 1), info,
+            excluded_before=bad_before, restarted_before=restarted,
+        )  # fmt: skip
+        return kernel.kernel, state, info
 
     # -- the EnsembleAdaptation protocol ----------------------------------------------------
 
