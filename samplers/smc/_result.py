@@ -16,6 +16,7 @@ COLLAPSE_FRACTION = 0.1  # a stage whose ESS is below this fraction of N collaps
 ESS_MIN = 100.0  # the final reweighting's ESS: fewer particles carry the posterior
 DISTINCT_MIN = 0.5  # distinct final particles, as a fraction of N
 ACCEPTANCE_MIN = 0.05  # mean acceptance over the stages (Metropolis-adjusted kernels)
+LINEAGES_MIN = 10  # initial particles with descendants: fewer, and log Z's se is unreliable
 
 
 class _Reason(NamedTuple):
@@ -48,6 +49,8 @@ class SMCResult(eqx.Module):
         kernel: the kernel as tuned at the last stage.
         num_nonfinite: particles whose log likelihood was NaN or +inf after a stage (their
             weight was then zero; the verdict reports them).
+        num_lineages: the particles of the initial population that still had descendants
+            at the last reweighting: the lineages `log_evidence_se` is estimated from.
         adjusted: whether the step size was tuned to an acceptance.
         names: one name per coordinate (`mu`, `theta[3]`).
         num_mutation_steps: the kernel steps per particle and stage.
@@ -79,6 +82,7 @@ class SMCResult(eqx.Module):
     ancestors: Int[Array, " N"] = enn.per_chain()
     kernel: Any = None
     num_nonfinite: int = eqx.field(static=True, default=0)
+    num_lineages: int = eqx.field(static=True, default=0)
     adjusted: bool = eqx.field(static=True, default=True)
     names: tuple[str, ...] = eqx.field(static=True, default=())
     num_mutation_steps: int = eqx.field(static=True, default=0)
@@ -113,7 +117,9 @@ class SMCResult(eqx.Module):
         the weights of a fixed schedule's step were carried by a few particles); the last
         stage's ESS is at least 100; at least half the final particles are distinct (the
         moves renew the resampled copies); for Metropolis-adjusted kernels a mean
-        acceptance of at least 0.05; and no log likelihood was NaN or +inf.
+        acceptance of at least 0.05; at least 10 lineages (initial particles with
+        descendants at the last reweighting, from which `log_evidence_se` is estimated);
+        and no log likelihood was NaN or +inf.
         """
         n, reasons = self.num_particles, []
         final = float(self.temperatures[-1])
@@ -156,6 +162,13 @@ class SMCResult(eqx.Module):
                     f"mean acceptance {mean:.3f} < {ACCEPTANCE_MIN}",
                     "a smaller initial step size for the kernel",
                 ))  # fmt: skip
+        if self.num_lineages < LINEAGES_MIN:
+            reasons.append(_Reason(
+                "lineages", float(self.num_lineages),
+                f"only {self.num_lineages} initial particle(s) have descendants: "
+                "log_evidence_se is unreliable",
+                "more particles (or fewer stages: a smaller target_ess)",
+            ))  # fmt: skip
         if self.num_nonfinite:
             reasons.append(_Reason(
                 "nonfinite", float(self.num_nonfinite),

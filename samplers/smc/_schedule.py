@@ -70,30 +70,24 @@ def next_delta(log_likelihood: np.ndarray, beta: float, target: float) -> float:
     return lo if lo > 0 else hi
 
 
-def relative_variance(log_w: np.ndarray, families: np.ndarray | None) -> float:
-    """The estimated variance of `log(mean(w))` at one stage, to first order
-    `Var(mean w) / mean(w)^2`, with the particles grouped in `families` (each particle's
-    ancestor at the previous resampling; None: independent particles).
+def lineage_residuals(log_w: np.ndarray, eves: np.ndarray) -> np.ndarray:
+    """One stage's first-order terms of `log Z_hat`, summed by lineage.
 
-    The variance of a mean over families (cluster-robust, as for clustered samples):
-    `sum_f (sum_{i in f} (w_i / mean w - 1))^2 / N^2`, which for singleton families is
-    `(N / ESS - 1) / N`. Grouping by family counts the correlation that mutation steps
-    leave between copies of one resampled particle.
+    To first order, `log(mean w) - log E[w] = sum_i r_i / N` with `r_i = w_i / mean w - 1`.
+    This returns, for every particle `k` of the initial population, the sum of `r_i / N`
+    over the particles `i` that descend from it (whose Eve is `k`). Summed over the stages
+    and squared, lineage by lineage, they give `SMC`'s variance estimate of `log Z_hat`.
 
     Example:
         >>> import numpy as np
-        >>> from samplers.smc._schedule import relative_variance
-        >>> lw = np.log([1.0, 1.0, 3.0, 3.0])
-        >>> relative_variance(lw, None), relative_variance(lw, np.array([0, 0, 2, 2]))
-        (0.0625, 0.125)
+        >>> from samplers.smc._schedule import lineage_residuals
+        >>> lineage_residuals(np.log([1.0, 1.0, 3.0, 3.0]), np.array([0, 0, 2, 2])).tolist()
+        [-0.25, 0.0, 0.25, 0.0]
     """
     top = np.max(log_w)
+    n = len(log_w)
     if not np.isfinite(top):
-        return float("inf")
+        return np.zeros(n)
     w = np.exp(log_w - top)
     r = w / w.mean() - 1.0
-    n = len(w)
-    if families is None:
-        return float(np.sum(r * r) / n**2)
-    sums = np.bincount(np.asarray(families), weights=r, minlength=n)
-    return float(np.sum(sums * sums) / n**2)
+    return np.bincount(np.asarray(eves), weights=r, minlength=n) / n
