@@ -226,7 +226,10 @@ class Sampler(eqx.Module):
     `init` and `step` through `enn.batch_invariant` (blocks of chains, so that results do
     not depend on the device count). A kernel whose `init` or `step` needs the ensemble
     (`enn.chain_mean`, `chain_all_gather`, `chain_index`, ...) says so with the class
-    attribute `step_uses_ensemble = True`, and is then run unblocked.
+    attribute `step_uses_ensemble = True`, and is then run unblocked. Inside the blocks
+    plain JAX is bitwise the same on any device count; the rule for when a kernel needs
+    `enn.rounded` or `enn.ordered_sum` (only if the invariance check finds a difference)
+    is in docs/contributing.md, "The bit-exactness rule".
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
