@@ -19,8 +19,19 @@ from .._errors import SamplerError, SamplerTypeError
 
 
 def _leaf_name(path: tuple) -> str:
-    name = jax.tree_util.keystr(path)
-    return name.lstrip(".") or "x"
+    """`params.w`, `[0]`, `theta` (as `samplers.run` names coordinates); `x` for the root."""
+    name = ""
+    for key in path:
+        if isinstance(key, jax.tree_util.DictKey):
+            part = str(key.key)
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            part = key.name
+        elif isinstance(key, jax.tree_util.SequenceKey):
+            part = f"[{key.idx}]"
+        else:
+            part = str(key)
+        name += part if part.startswith("[") or not name else "." + part
+    return name or "x"
 
 
 class Particles(eqx.Module):
@@ -31,7 +42,7 @@ class Particles(eqx.Module):
         >>> from samplers.smc._particles import Particles
         >>> s = Particles.of({"a": jnp.zeros(4), "b": jnp.zeros((4, 2))})
         >>> s.dim, s.names
-        (3, ('a', "b[0]", "b[1]"))
+        (3, ('a', 'b[0]', 'b[1]'))
         >>> s.unravel(jnp.arange(3.0))["b"].tolist()
         [1.0, 2.0]
     """
