@@ -252,3 +252,20 @@ ENTRY %main (a: f32[4]) -> f32[4] {
     assert count(computations, "body") == (4, 1)
     assert count(computations, "cond") == (1, 0)
     assert count(computations, "main") == (5, 2)
+
+
+@pytest.mark.slow
+def test_smc_resampling_rows_and_peer():
+    records, stdout = smoke("smc")
+    rows = {(r.get("part"), r.get("impl")): r for r in records}
+    for scheme in ("systematic", "stratified", "multinomial", "residual"):
+        assert rows[("resampling", f"resample {scheme}")]["status"] == "ok"
+    # The raw all-gather is what `resample` does, and the neighbour exchange moves the
+    # same particles: both are checked bit for bit inside the benchmark.
+    assert rows[("resampling", "raw all_gather (systematic)")]["note"].endswith("True")
+    assert "same bits: True" in rows[("resampling", "raw neighbours (systematic)")]["note"]
+    ours = rows[("smc", "ensemblenn")]
+    assert ours["status"] == "ok" and ours["stages"] >= 1 and ours["log_z_se"] > 0
+    peer = rows[("smc", "blackjax")]
+    assert peer["status"] == ("ok" if installed("blackjax") else "skipped"), peer
+    assert "## smc" in stdout
