@@ -29,6 +29,18 @@ class _Reason(NamedTuple):
         return f"{self.problem} (fix: {self.fix})"
 
 
+def lineage_mcse(values: np.ndarray, lineages: np.ndarray) -> np.ndarray:
+    """`sqrt(sum_k (sum_{i in k} (v_i - mean v))^2) / N` over the lineages `k`, for each
+    trailing coordinate of `values` (leading axis: the particles)."""
+    n = values.shape[0]
+    flat = values.reshape(n, -1)
+    centred = flat - flat.mean(axis=0)
+    _, group = np.unique(lineages, return_inverse=True)
+    sums = np.zeros((group.max() + 1, flat.shape[1]))
+    np.add.at(sums, group, centred)
+    return (np.sqrt(np.sum(sums**2, axis=0)) / n).reshape(values.shape[1:])
+
+
 class SMCResult(eqx.Module):
     """The outcome of `samplers.SMC.run`.
 
@@ -46,6 +58,9 @@ class SMCResult(eqx.Module):
         step_sizes: each stage's step size (before the metric's per-coordinate scale).
         log_evidence_increments: each stage's `log(mean w)`, which sum to `log_evidence`.
         ancestors: the last resampling's ancestor of each particle.
+        lineages: each final particle's ancestor in the initial population (its Eve):
+            particles of one lineage are correlated, those of different lineages are not
+            (`mcse` groups by it).
         kernel: the kernel as tuned at the last stage.
         num_nonfinite: particles whose log likelihood was NaN or +inf after a stage (their
             weight was then zero; the verdict reports them).
@@ -80,6 +95,7 @@ class SMCResult(eqx.Module):
     step_sizes: np.ndarray
     log_evidence_increments: np.ndarray
     ancestors: Int[Array, " N"] = enn.per_chain()
+    lineages: np.ndarray
     kernel: Any = None
     num_nonfinite: int = eqx.field(static=True, default=0)
     num_lineages: int = eqx.field(static=True, default=0)
@@ -101,6 +117,23 @@ class SMCResult(eqx.Module):
         leaves = jax.tree.leaves(self.particles)
         n = self.num_particles
         return np.concatenate([np.asarray(x).reshape(n, -1) for x in leaves], axis=1)
+
+    def mcse(self, values: Any) -> np.ndarray:
+        """The Monte Carlo standard error of the particles' mean of `values`.
+
+        `values` holds one value (or array) per final particle, leading axis `N`; the
+        estimate groups the particles by lineage (copies and descendants of one initial
+        particle are correlated): `sqrt(sum_k (sum_{i in k} (v_i - mean v))^2) / N`. Like
+        `log_evidence_se`, it needs many lineages (`num_lineages`).
+
+        Example:
+            >>> import numpy as np
+            >>> from samplers.smc._result import lineage_mcse
+            >>> v, lineage = np.array([1.0, 1.0, 3.0, 3.0]), np.array([0, 0, 1, 1])
+            >>> round(float(lineage_mcse(v, lineage)), 4)  # two independent pairs: sqrt(8) / 4
+            0.7071
+        """
+        return lineage_mcse(np.asarray(values, np.float64), self.lineages)
 
     def distinct_fraction(self) -> float:
         """The fraction of final particles that are distinct (duplicates are left by

@@ -257,6 +257,7 @@ class _Runner:
             step_sizes=np.asarray(log.step_sizes),
             log_evidence_increments=np.asarray(log.increments),
             ancestors=ancestor,
+            lineages=log.eves,
             kernel=tuned,
             num_nonfinite=log.num_nonfinite,
             num_lineages=log.num_lineages,
