@@ -71,23 +71,26 @@ def heuristic_step_size(
         return mean, info.num_grads
 
     start = log_eps
-    a0, grads = acceptance(log_eps, jnp.int32(0))
-    up = a0 > target  # accepting more than the target: longer steps
-    direction = jnp.where(up, 1.0, -1.0).astype(jnp.float32)
     log2 = jnp.float32(math.log(2.0))
 
+    # One loop, one call of the kernel: evaluation 0 at the start decides the direction
+    # (up: accepting more than the target, so longer steps), each later one moves a factor
+    # 2 first. A second call site would compile the kernel's step (a whole NUTS tree) twice.
     def cond(loop: tuple) -> Bool[Array, ""]:
-        i, _, a, _ = loop
+        i, _, a, _, up = loop
         crossed = jnp.where(up, a <= target, a > target)
-        return (i < _MAX_TRIALS) & ~crossed
+        return (i == 0) | ((i <= _MAX_TRIALS) & ~crossed)
 
     def body(loop: tuple) -> tuple:
-        i, log_eps, _, grads = loop
-        log_eps = log_eps + direction * log2
-        a, g = acceptance(log_eps, i + 1)
-        return i + 1, log_eps, a, grads + g
+        i, log_eps, _, grads, up = loop
+        direction = jnp.where(up, 1.0, -1.0).astype(jnp.float32)
+        log_eps = jnp.where(i == 0, log_eps, log_eps + direction * log2)
+        a, g = acceptance(log_eps, i)
+        return i + 1, log_eps, a, grads + g, jnp.where(i == 0, a > target, up)
 
-    _, log_eps, _, grads = jax.lax.while_loop(cond, body, (jnp.int32(0), log_eps, a0, grads))
+    no_acceptance = jnp.zeros((), jnp.result_type(state.position))  # the Info floats' dtype
+    first = (jnp.int32(0), log_eps, no_acceptance, jnp.int32(0), jnp.bool_(False))
+    _, log_eps, _, grads, up = jax.lax.while_loop(cond, body, first)
     # Going up, the last step size that still reached the target is one halving back.
     log_eps = jnp.where(up, log_eps - log2, log_eps)
     return jnp.where(jnp.isfinite(log_eps), log_eps, start), grads
