@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree, Scalar
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
 
@@ -213,7 +213,7 @@ def resample(
     particle: PyTree,
     *,
     scheme: Scheme = "systematic",
-) -> tuple[PyTree, Int[Scalar, ""]]:
+) -> tuple[PyTree, Int[Array, ""]]:
     """Resample the particles of an ensemble, from inside the per-particle function.
 
     Call it in an `enn.ensemble_map` body written for one particle. Every device gathers

@@ -154,6 +154,25 @@ def test_resample_inside_ensemble_map(mesh, scheme):
         assert new["x"].dtype == jnp.float32 and new["tag"].dtype == jnp.int32
 
 
+def test_resample_under_jit_with_numpy_inputs(mesh):
+    lw = np.array([-np.inf, 0.0, -np.inf, np.log(3), -np.inf, -np.inf, np.log(2), np.log(2)])
+    lw = lw.astype(np.float32)
+    x = np.arange(8, dtype=np.float32)
+    step = enn.ensemble_map(
+        lambda k, w, p: resample(k, w, p, scheme="residual"),
+        mesh=mesh,
+        in_roles=(enn.BROADCAST, enn.PER_CHAIN, enn.PER_CHAIN),
+    )
+    key = jax.random.key(4)
+    eager, jitted = step(key, lw, x), jax.jit(step)(key, lw, x)
+    expected = np.asarray(ancestors(key, lw, "residual"))
+    # residual: floor(8 w) = 1, 3, 2, 2 copies are certain, nothing is left to draw.
+    np.testing.assert_array_equal(expected, [1, 3, 3, 3, 6, 6, 7, 7])
+    for new, ancestor in (eager, jitted):
+        np.testing.assert_array_equal(ancestor, expected)
+        np.testing.assert_array_equal(new, x[expected])
+
+
 def test_bitwise_same_on_1_2_4_8_devices(tmp_path):
     program = Path(__file__).parents[2] / "programs" / "resampling_invariance.py"
     runs = {
@@ -175,6 +194,7 @@ def test_bitwise_same_on_1_2_4_8_devices(tmp_path):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_all_weight_on_one_particle(scheme):
+    assert ancestors(jax.random.key(0), jnp.zeros(1), scheme).tolist() == [0]  # one particle
     n = 12
     for winner in (0, 5, n - 1):
         lw = jnp.full(n, -jnp.inf).at[winner].set(-3.0)
