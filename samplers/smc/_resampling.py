@@ -27,6 +27,13 @@ Weights: normalised as `exp(lw - max lw)`; a `-inf` (or NaN) log weight is weigh
 and is never an ancestor; `+inf` log weights share all the weight; if every log weight is
 `-inf` the weights are taken as uniform.
 
+Precision: the arithmetic is in the log weights' dtype. In float32 a slot boundary
+`N W_i` carries a rounding error of about `N log2(N) 2^-24` slots, so for large `N` a few
+particles get one copy more or fewer than exact arithmetic would give them (measured
+against a float64 reference, systematic: 1 slot of 4096 differs; at 2^20 particles, 137
+particles end outside `floor(N w)`/`ceil(N w)`). float64 log weights (with
+`jax_enable_x64`) keep systematic and residual within floor/ceil at 2^20.
+
 Communication per resampling (one SMC stage), per device, for `N` particles of `B` bytes
 each on `D` devices, the same for every scheme (they differ only in the `O(N)` arithmetic
 every device repeats on the gathered weights):
