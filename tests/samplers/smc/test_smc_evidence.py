@@ -61,3 +61,25 @@ def test_log_evidence_of_a_conjugate_gaussian_and_its_standard_error(dim):
     dof = NUM_SEEDS - 1
     low, high = stats.chi2.ppf([0.001, 0.999], dof) / dof
     assert low < ratio < high, (ratio, low, high, log_z.std(ddof=1), se.mean())
+
+
+@pytest.mark.slow
+def test_standard_error_counts_what_few_moves_leave_correlated():
+    # Two MALA steps per stage barely renew the resampled copies: the spread of log Z over
+    # seeds is then ~2x what independent particles would give (sum_t (N / ESS_t - 1) / N).
+    # The genealogy's standard error counts it; the independent-particle formula does not.
+    log_prior, log_likelihood, exact = conjugate_gaussian(10)
+    smc = samplers.SMC(samplers.MALA(step_size=0.5), num_mutation_steps=2)
+    log_z, se, independent = [], [], []
+    for seed in range(NUM_SEEDS):
+        start = PRIOR_SD * jax.random.normal(jax.random.key(seed), (NUM_PARTICLES, 10))
+        result = smc.run(log_prior, log_likelihood, start, key=jax.random.key(1000 + seed))
+        log_z.append(result.log_evidence)
+        se.append(result.log_evidence_se)
+        independent.append(np.sqrt(np.sum((NUM_PARTICLES / result.ess - 1) / NUM_PARTICLES)))
+    log_z, se, independent = np.array(log_z), np.array(se), np.array(independent)
+    dof = NUM_SEEDS - 1
+    low, high = stats.chi2.ppf([0.001, 0.999], dof) / dof
+    assert low < log_z.var(ddof=1) / np.mean(se**2) < high, (log_z.std(ddof=1), se.mean())
+    assert log_z.var(ddof=1) / np.mean(independent**2) > high  # would be refused
+    assert abs(log_z.mean() - exact) < 3 * np.sqrt(np.mean(se**2) / NUM_SEEDS)
