@@ -89,11 +89,16 @@ class WindowSums(eqx.Module):
         count = self.count + ok.astype(dtype)
         return WindowSums(self.shift, sum1, sum2, gsum1, gsum2, count)
 
-    def estimate(self, current: Array, metric: str) -> Array:
-        """The pooled window estimate (every chain's sums), shrunk like Stan's; `current`
-        where the estimate is not a valid metric."""
-        n = enn.chain_sum(self.count)
-        s1, s2 = enn.chain_sum(self.sum1), enn.chain_sum(self.sum2)
+    def estimate(self, current: Array, metric: str, include: Bool[Array, ""] = True) -> Array:
+        """The pooled window estimate (the sums of every chain where `include`: outliers
+        left out), shrunk like Stan's; `current` where the estimate is not a valid
+        metric."""
+
+        def total(x: Array) -> Array:
+            return enn.chain_sum(jnp.where(include, x, jnp.zeros_like(x)))
+
+        n = total(self.count)
+        s1, s2 = total(self.sum1), total(self.sum2)
         # Divides by n as a multiply by one reciprocal, and rounds each product that an
         # addition follows: XLA:CPU may turn divisions into reciprocal multiplies, or a
         # multiply and an add into one FMA, in one program and not another (the number of
@@ -111,8 +116,8 @@ class WindowSums(eqx.Module):
         else:
             var = enn.rounded(s2 * inv_n) - enn.rounded(mean * mean)
             if metric == "gradient":  # sqrt(Var[x] / Var[grad]): exact for any Gaussian's
-                g_mean = enn.rounded(enn.chain_sum(self.gsum1) * inv_n)
-                g_square = enn.rounded(enn.chain_sum(self.gsum2) * inv_n)
+                g_mean = enn.rounded(total(self.gsum1) * inv_n)
+                g_square = enn.rounded(total(self.gsum2) * inv_n)
                 g_var = g_square - enn.rounded(g_mean * g_mean)
                 var = jnp.sqrt(var / g_var)
             new = enn.rounded(shrink * var) + floor

@@ -28,14 +28,17 @@ from ._base import AdaptationInfo, finite_chain_mean
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._dual_averaging import DualAveraging
 from ._protocol import Adaptation
-from ._restart import is_healthy, restart_unhealthy
+from ._restart import is_healthy, restart_at_donors, restart_unhealthy
 from ._ticks import tick
 from ._window_metric import WindowSums
+from ._window_repair import ChainHealth, outliers
 from ._window_schedule import phases, window_schedule
 from ._window_step_size import averaging, heuristic_step_size, initial_step_size
 from ._window_step_size import step_size_for_target as _step_size_for_target
 
 __all__ = ["WindowAdaptation", "WindowAdaptationInfo", "window_schedule"]
+
+_MIN_AVERAGED = 10  # the end-of-warmup repair needs a final buffer at least this long
 
 
 class WindowAdaptationInfo(AdaptationInfo):
@@ -67,6 +70,7 @@ class WindowAdaptationInfo(AdaptationInfo):
     """
 
     num_restarted: Int[Array, ""] = enn.broadcast()
+    num_repaired: Int[Array, ""] = enn.broadcast()
     target_acceptance: Float[Array, ""] = enn.broadcast()
     acceptance: Float[Array, ""] = enn.broadcast()
     step_size_history: Float[Array, " steps"] = enn.broadcast()
@@ -83,8 +87,10 @@ class _Carry(eqx.Module):
     iteration: Int[Array, ""]  # dual-averaging iteration since the last restart of it
     metric: Array  # (dim,) or (dim, dim); unused without a metric
     sums: WindowSums
+    health: ChainHealth  # moving averages of log density and acceptance, for repairs
     excluded: Int[Array, ""]
     restarted: Int[Array, ""]
+    repaired: Int[Array, ""]
     grads: Int[Array, ""]
     final_acceptance: Float[Array, ""]
 
@@ -183,6 +189,7 @@ class WindowAdaptation(Adaptation):
     first_window: int = eqx.field(static=True, default=25)
     final_buffer: int = eqx.field(static=True, default=50)
     initial_step_size: float | None = eqx.field(static=True, default=None)
+    repair: bool = eqx.field(static=True, default=True)
     bias_monitor: BiasMonitor | None = monitor_field()
 
     _METRICS: ClassVar[tuple] = ("diagonal", "gradient", "dense", None)
@@ -313,12 +320,15 @@ class WindowAdaptation(Adaptation):
             iteration=jnp.int32(0),
             metric=metric0,
             sums=WindowSums.empty(metric0, gradient=self.metric == "gradient"),
+            health=ChainHealth.empty(),
             excluded=jnp.int32(0),
             restarted=jnp.int32(0),
+            repaired=jnp.int32(0),
             grads=jnp.int32(0),
             final_acceptance=jnp.float32(0.0),
         )
         k_step, k_trial, k_restart = random.split(key, 3)
+        k_repair = random.fold_in(k_restart, -1)  # (k_restart folds in steps >= 0)
 
         def body(c: _Carry, xs: tuple) -> tuple:
             t, in_window, window_start, window_end, reinit = xs
@@ -342,7 +352,12 @@ class WindowAdaptation(Adaptation):
                     c.final_acceptance + jnp.where(t >= p.last_stage, mean_acc, 0.0)
                 ).astype(jnp.float32),
             )
-            c = jax.lax.cond(window_end, lambda c: self._update_metric(c), lambda c: c, c)
+            c = jax.lax.cond(
+                window_end,
+                lambda c: self._end_window(sampler, logdensity, c, random.fold_in(k_repair, t)),
+                lambda c: c,
+                c,
+            )
             row = None
             if self.bias_monitor is not None:  # read-only: b² of the new positions
                 row = self.bias_monitor.row(logdensity, c.state.position, c.grads)
@@ -361,6 +376,10 @@ class WindowAdaptation(Adaptation):
         c, (eps_history, acc_history, bias_history) = jax.lax.scan(body, carry, xs)
         step_size = self._tuned_step_size(c, eps_history, acc_history, target, p.last_stage)
         tuned = self._kernel(sampler, step_size, c.metric)
+        if self.repair and self.num_steps - p.last_stage >= _MIN_AVERAGED:
+            # Chains still stuck at the end of the final buffer would bias every draw.
+            key = random.fold_in(k_repair, self.num_steps)
+            c = self._repair_outliers(tuned, logdensity, c, key)
         # Chains that are non-finite after the last step would not move while sampling.
         excluded = c.excluded + enn.chain_sum((~is_healthy(c.state)).astype(jnp.int32))
         state, restarted = restart_unhealthy(
@@ -371,6 +390,7 @@ class WindowAdaptation(Adaptation):
             num_excluded=excluded,
             num_grads=enn.chain_sum(c.grads) // enn.num_chains(),
             num_restarted=c.restarted + restarted,
+            num_repaired=c.repaired,
             target_acceptance=jnp.float32(target),
             acceptance=c.final_acceptance / max(self.num_steps - p.last_stage, 1),
             step_size_history=eps_history,
@@ -434,13 +454,40 @@ class WindowAdaptation(Adaptation):
             averaging=c.averaging.update(mean_acc, target, iteration),
             iteration=iteration,
             sums=c.sums.add(new, is_healthy(new) & in_window),
+            health=c.health.add(
+                new.logdensity, jnp.where(was_healthy, info.acceptance_rate, jnp.nan)
+            ),
             grads=c.grads + info.num_grads,
         )
         return c, eps, mean_acc
 
-    def _update_metric(self, c: _Carry) -> _Carry:
-        """At a window's end: the new metric."""
-        return dataclasses.replace(c, metric=c.sums.estimate(c.metric, self.metric))
+    def _end_window(
+        self, sampler: Sampler, logdensity: Logdensity, c: _Carry, key: PRNGKeyArray
+    ) -> _Carry:
+        """At a window's end: the new metric from the chains that are not outliers, and
+        the outliers restarted at healthy chains (with the new metric)."""
+        if not self.repair:
+            return dataclasses.replace(c, metric=c.sums.estimate(c.metric, self.metric))
+        flagged = outliers(c.health, is_healthy(c.state), c.state.position.shape[-1])
+        c = dataclasses.replace(c, metric=c.sums.estimate(c.metric, self.metric, ~flagged))
+        kernel = self._kernel(sampler, jnp.exp(c.averaging.log_step_size), c.metric)
+        return self._repair_outliers(kernel, logdensity, c, key, flagged)
+
+    @staticmethod
+    def _repair_outliers(
+        kernel: Sampler,
+        logdensity: Logdensity,
+        c: _Carry,
+        key: PRNGKeyArray,
+        flagged: Array | None = None,
+    ) -> _Carry:
+        """Restart the outliers at donor chains; every chain's averages start afresh."""
+        if flagged is None:
+            flagged = outliers(c.health, is_healthy(c.state), c.state.position.shape[-1])
+        state, repaired = restart_at_donors(kernel, logdensity, c.state, flagged, key)
+        return dataclasses.replace(
+            c, state=state, repaired=c.repaired + repaired, health=ChainHealth.empty()
+        )
 
     def _tuned_step_size(
         self,

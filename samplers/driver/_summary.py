@@ -27,6 +27,11 @@ column's largest value; the whole column switches to scientific notation with 3 
 smallest nonzero value would keep fewer than 2 significant digits (1.28e5 beside 1e-5).
 ESS columns print as whole numbers, R-hat with 4 decimals (as the verdict line).
 
+Adaptation lines (notes before the table), for an adaptation whose info reports them
+(`WindowAdaptation`): the acceptance the step size reached in the final buffer against its
+target, and the chains the warmup repaired (stuck far from the ensemble, restarted at a
+healthy chain) or restarted (non-finite), when there were any.
+
 Rows: every coordinate up to `SUMMARY_MAX_ROWS` = 100 (`max_rows`); beyond that, the first
 `max_rows` rows and a note saying how many were left out, and that `max_rows=None` shows
 them all.
@@ -104,6 +109,38 @@ def _trace_columns(trace: Any, rows: np.ndarray) -> np.ndarray | None:
     return np.concatenate(parts, axis=-1)
 
 
+def adaptation_lines(info: Any) -> list[str]:
+    """What the adaptation's `info` reports about its warmup, in one line (none for an
+    info without those fields).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.driver._summary import adaptation_lines
+        >>> class Info:
+        ...     target_acceptance, acceptance = jnp.float32(0.8), jnp.float32(0.79)
+        ...     num_repaired, num_restarted = jnp.int32(3), jnp.int32(0)
+        >>> for part in adaptation_lines(Info())[0].split("; "):
+        ...     print(part)
+        warmup: acceptance reached 0.790 (target 0.800)
+        3 chains repaired (stuck far from the ensemble, restarted at healthy chains)
+    """
+    parts = []
+    target = getattr(info, "target_acceptance", None)
+    reached = getattr(info, "acceptance", None)
+    if target is not None and reached is not None:
+        parts.append(f"acceptance reached {float(reached):.3f} (target {float(target):.3f})")
+    repaired = int(np.asarray(getattr(info, "num_repaired", 0)))
+    if repaired:
+        parts.append(
+            f"{repaired} chain{'s' * (repaired != 1)} repaired (stuck far from the ensemble, "
+            "restarted at healthy chains)"
+        )
+    restarted = int(np.asarray(getattr(info, "num_restarted", 0)))
+    if restarted:
+        parts.append(f"{restarted} restarted (non-finite)")
+    return ["warmup: " + "; ".join(parts)] if parts else []
+
+
 def table(
     result: Any, flat: Any, max_rows: int | None, hints: str = "library"
 ) -> tuple[list[str], list[str]]:
@@ -121,7 +158,7 @@ def table(
         "mean": (flat(d.mean)[rows], "value"),
         "sd": (flat(d.sd)[rows], "value"),
     }
-    notes = []
+    notes = adaptation_lines(getattr(result, "adaptation_info", None))
     draws = None if result.trace is None else _trace_columns(result.trace, rows)
     if result.trace is None:
         keep = "pass thin=1 to samplers.run" if hints != "cli" else (
