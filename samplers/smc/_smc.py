@@ -32,6 +32,7 @@ from ._validate import (
     check_fields,
     check_initial,
     check_key,
+    check_not_traced,
     check_particles,
 )
 
@@ -172,10 +173,13 @@ class SMC(eqx.Module):
             A `samplers.SMCResult`.
 
         Raises:
+            samplers.SamplerTypeError: called under `jax.jit` (the stages are a host loop;
+                call it outside).
             samplers.SamplerError: bad arguments (before anything compiles); a log prior
                 that is not finite or a log likelihood that is NaN/+inf at an initial
                 particle, or every weight zero at a stage (before that stage runs).
         """
+        check_not_traced(particles, key)
         check_callable("log_prior", log_prior)
         check_callable("log_likelihood", log_likelihood)
         check_key(key)

@@ -117,6 +117,17 @@ def check_density(argument: str, fn: Any, structure: Particles) -> None:
         )
 
 
+def check_not_traced(particles: Any, key: Any) -> None:
+    """SMC's stages are a host loop (the next temperature depends on the last stage's
+    values), which a `jax.jit` trace cannot run."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((particles, key))):
+        raise SamplerTypeError(
+            "SMC.run was called on traced values (inside jax.jit, vmap or grad): its stages "
+            "are a loop on the host, whose temperatures depend on each stage's results.\n"
+            "  fix: call SMC.run outside jax.jit; each stage is compiled by itself."
+        )
+
+
 def check_key(key: Any) -> None:
     typed = isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     if typed and key.shape == ():

@@ -139,3 +139,14 @@ def test_verdict_and_summary():
                           target_acceptance=0.01)  # fmt: skip
     result = frozen.run(log_prior, sharp, start(), key=jax.random.key(6))
     assert "distinct" in [r.criterion for r in result.verdict.reasons], result.verdict
+
+
+def test_step_size_is_tuned_towards_the_target_acceptance():
+    # Far too long a first step (acceptance near 0): one update per stage brings it down.
+    smc = samplers.SMC(samplers.MALA(step_size=5.0), num_mutation_steps=3, target_ess=0.8)
+    result = smc.run(log_prior, lambda p: 4.0 * log_likelihood(p), start(),
+                     key=jax.random.key(7))  # fmt: skip
+    target = samplers.MALA.default_target_acceptance
+    assert result.acceptance[0] < 0.2 and result.num_stages >= 6
+    assert np.all(np.diff(result.step_sizes[:3]) < 0)  # shrinking while it rejects
+    assert abs(np.mean(result.acceptance[-3:]) - target) < 0.2, result.acceptance

@@ -143,3 +143,13 @@ def test_errors_leave_the_inputs_unchanged():
     with pytest.raises(samplers.SamplerError):
         SMC.run(lambda p: -jnp.sum(p["a"] ** 2), lambda p: p["a"], particles, key=KEY)
     np.testing.assert_array_equal(particles["a"], before)
+
+
+def test_under_jit_is_a_type_error():
+    @jax.jit
+    def inside(particles):
+        return SMC.run(log_prior, log_likelihood, particles, key=KEY).log_likelihood
+
+    with pytest.raises(samplers.SamplerTypeError, match="outside jax.jit") as info:
+        inside(PARTICLES)
+    assert fix_line(str(info.value))
