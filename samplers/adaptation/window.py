@@ -47,6 +47,9 @@ class WindowAdaptationInfo(AdaptationInfo):
     Attributes:
         num_restarted: chain restarts: a chain whose state was not finite before a step
             was moved to a healthy chain's position.
+        num_repaired: chain repairs: a chain stuck far from the ensemble at a window's
+            end (its log density or acceptance far below the others') was left out of
+            the metric and moved to a healthy chain's position.
         target_acceptance: the ensemble-mean acceptance the step size was tuned to.
         acceptance: ensemble-mean acceptance over the final buffer (after the last
             metric update).
@@ -65,6 +68,8 @@ class WindowAdaptationInfo(AdaptationInfo):
         >>> info = result.adaptation_info
         >>> info.step_size_history.shape, int(info.num_excluded), int(info.num_restarted)
         ((30,), 0, 0)
+        >>> int(info.num_repaired)
+        0
         >>> round(float(info.target_acceptance), 3)   # MALA's default_target_acceptance
         0.574
     """
@@ -153,6 +158,13 @@ class WindowAdaptation(Adaptation):
     invariant collectives and run through `step_chain` (the driver's blocks), so the
     result is bitwise identical on 1, 2, 4 or 8 devices.
 
+    **Stuck chains** (`repair=True`): each chain keeps a ~10-step moving average of its
+    log density and acceptance. At each window's end (and the warmup's) a chain whose
+    average log density lies more than `max(6 * 1.4826 * MAD, sqrt(dim / 2))` below the
+    healthy chains' median, or whose acceptance is below a quarter of theirs, is left out
+    of the window's metric and restarted at the position of a healthy chain drawn with its
+    own key; counted in `num_repaired`.
+
     Attributes:
         num_steps: warmup steps.
         target_acceptance: the ensemble-mean acceptance to reach; None uses the kernel's
@@ -162,6 +174,9 @@ class WindowAdaptation(Adaptation):
             or None.
         initial_buffer, first_window, final_buffer: the schedule (Stan's 75, 25, 50).
         initial_step_size: the heuristic's first step size (default: the kernel's).
+        repair: repair chains stuck far from the ensemble at each window end (see
+            **Stuck chains**); False leaves them (e.g. well-separated modes of unequal
+            height, where a lower mode is not a mistake).
         bias_monitor: a `BiasMonitor` that `samplers.run(..., track_bias=True)` attaches
             (`with_bias_monitor`) to record b² after every step; None otherwise.
 
