@@ -28,9 +28,10 @@ smallest nonzero value would keep fewer than 2 significant digits (1.28e5 beside
 ESS columns print as whole numbers, R-hat with 4 decimals (as the verdict line).
 
 Adaptation lines (notes before the table), for an adaptation whose info reports them
-(`WindowAdaptation`): the acceptance the step size reached in the final buffer against its
-target, and the chains the warmup repaired (stuck far from the ensemble, restarted at a
-healthy chain) or restarted (non-finite), when there were any.
+(`WindowAdaptation`): the target acceptance and the final buffer's (the acceptance line
+above shows what the tuned step size reached while sampling), and the chains the warmup
+repaired (stuck far from the ensemble, restarted at a healthy chain) or restarted
+(non-finite), when there were any.
 
 Rows: every coordinate up to `SUMMARY_MAX_ROWS` = 100 (`max_rows`); beyond that, the first
 `max_rows` rows and a note saying how many were left out, and that `max_rows=None` shows
@@ -121,14 +122,16 @@ def adaptation_lines(info: Any) -> list[str]:
         ...     num_repaired, num_restarted = jnp.int32(3), jnp.int32(0)
         >>> for part in adaptation_lines(Info())[0].split("; "):
         ...     print(part)
-        warmup: acceptance reached 0.790 (target 0.800)
+        warmup: target acceptance 0.800 (final buffer 0.790)
         3 chains repaired (stuck far from the ensemble, restarted at healthy chains)
     """
     parts = []
     target = getattr(info, "target_acceptance", None)
     reached = getattr(info, "acceptance", None)
     if target is not None and reached is not None:
-        parts.append(f"acceptance reached {float(reached):.3f} (target {float(target):.3f})")
+        # The final buffer's steps swing around the tuned step size; the sampling line
+        # above shows the acceptance the tuned step size reached.
+        parts.append(f"target acceptance {float(target):.3f} (final buffer {float(reached):.3f})")
     repaired = int(np.asarray(getattr(info, "num_repaired", 0)))
     if repaired:
         parts.append(
