@@ -26,6 +26,10 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
   counted in the optimized HLO (a CPU-measurable proxy for launches on an accelerator).
 * ``first_call``: a fresh process's first LAPS call, ours vs BlackJAX's, with JAX's
   persistent compilation cache off and warm.
+* ``smc``: cross-device resampling per scheme, and samplers.SMC vs BlackJAX's adaptive
+  tempered SMC (time per particle-mutation, log Z error and its spread over seeds).
+* ``workflow``: a NumPyro user's job end to end (fresh process, a NumPyro model):
+  samplers.run (NUTS + WindowAdaptation) vs NumPyro's NUTS, cache cold and warm, at equal ESS.
 
 The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
 installed prints a ``skipped`` line for it and still runs our side.
@@ -46,6 +50,7 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "accelerator": ((1,), "samplers.run (defaults, bitwise), bare scan and BlackJAX, per step"),
     "kernels": ((1,), "XLA kernels per step: samplers.run vs the bare kernel scan (from HLO)"),
     "smc": ((4,), "SMC: resampling per scheme; samplers.SMC vs BlackJAX tempered SMC"),
+    "workflow": ((4,), "a NumPyro model end to end, fresh process: ours vs NumPyro NUTS"),
 }
 
 __all__ = ["BENCHMARKS"]

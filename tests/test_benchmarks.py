@@ -269,3 +269,18 @@ def test_smc_resampling_rows_and_peer():
     peer = rows[("smc", "blackjax")]
     assert peer["status"] == ("ok" if installed("blackjax") else "skipped"), peer
     assert "## smc" in stdout
+
+
+@pytest.mark.slow
+def test_workflow_times_a_numpyro_model_end_to_end_in_fresh_processes():
+    """Our side only (NumPyro's side is the same code path with another child): a cold and
+    a warm process each, with their walls and the minimum ESS of the model's sites."""
+    records, stdout = run_benchmark(
+        "workflow", "--devices", "2", "--skip-peer", "--models", "eight_schools",
+        "--chains", "8", "--warmup", "10", "--steps", "10",
+    )  # fmt: skip
+    rows = {r["cache"]: r for r in records if r.get("impl") == "ensemblenn"}
+    assert set(rows) == {"cold", "warm"} and "## workflow" in stdout
+    for row in rows.values():
+        assert row["status"] == "ok" and row["draws"] == "8 x 10" and row["min_ess"] > 0
+        assert row["wall_s_min"] > 0 and row["s_per_kess_min"] > 0
