@@ -24,7 +24,7 @@ __all__ = ["ChainHealth", "outliers"]
 _MEMORY = 0.1  # moving-average weight of the newest step: about 10 steps of memory
 _MAD = 1.4826  # the median absolute deviation of a Gaussian, in standard deviations
 _FAR = 6.0  # robust standard deviations below the median that mark an outlier
-_FAR_ACCEPTANCE = 0.25  # an outlier also accepts less than a quarter of the median
+_FAR_ACCEPTANCE = 0.1  # or accepts less than a tenth of the median chain
 
 
 class ChainHealth(eqx.Module):
@@ -63,11 +63,11 @@ def outliers(health: ChainHealth, eligible: Bool[Array, ""], dim: int) -> Bool[A
     """Whether this chain is an outlier among the `eligible` chains (one chain's view).
 
     Its averaged log density is below the eligible chains' median by more than
-    `6 * 1.4826 * MAD` and by more than `sqrt(dim / 2)` (the spread of a `dim`-dimensional
-    Gaussian's log density: a floor for ensembles whose averages barely differ), or its
-    averaged acceptance is below a quarter of the median's. Median and MAD are taken over
-    every chain's values gathered in global order, so the decision is the same on any
-    device count. Fewer than half of the chains can be outliers.
+    `6 * 1.4826 * MAD` and by more than `sqrt(2 dim)` (twice the spread of a
+    `dim`-dimensional Gaussian's log density: a floor for ensembles whose averages barely
+    differ), or its averaged acceptance is below a tenth of the median's. Median and MAD
+    are taken over every chain's values gathered in global order, so the decision is the
+    same on any device count. Fewer than half of the chains can be outliers.
 
     Example:
         >>> import jax.numpy as jnp, ensemblenn as enn
@@ -87,7 +87,7 @@ def outliers(health: ChainHealth, eligible: Bool[Array, ""], dim: int) -> Bool[A
 
     lp_median = median(every_lp)
     spread = _MAD * median(jnp.abs(every_lp - lp_median))
-    floor = math.sqrt(dim / 2.0)
+    floor = math.sqrt(2.0 * dim)
     far = lp_median - health.logdensity > jnp.maximum(_FAR * spread, floor)
     stuck = health.acceptance < _FAR_ACCEPTANCE * median(every_acc)
     enough = jnp.sum(every_ok) >= 4  # a median of fewer chains is no ensemble

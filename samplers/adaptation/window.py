@@ -160,8 +160,8 @@ class WindowAdaptation(Adaptation):
 
     **Stuck chains** (`repair=True`): each chain keeps a ~10-step moving average of its
     log density and acceptance. At each window's end (and the warmup's) a chain whose
-    average log density lies more than `max(6 * 1.4826 * MAD, sqrt(dim / 2))` below the
-    healthy chains' median, or whose acceptance is below a quarter of theirs, is left out
+    average log density lies more than `max(6 * 1.4826 * MAD, sqrt(2 dim))` below the
+    healthy chains' median, or whose acceptance is below a tenth of theirs, is left out
     of the window's metric and restarted at the position of a healthy chain drawn with its
     own key; counted in `num_repaired`.
 
