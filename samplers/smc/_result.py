@@ -58,6 +58,10 @@ class SMCResult(eqx.Module):
         step_sizes: each stage's step size (before the metric's per-coordinate scale).
         log_evidence_increments: each stage's `log(mean w)`, which sum to `log_evidence`.
         ancestors: the last resampling's ancestor of each particle.
+        mutation_steps: each stage's kernel steps per particle.
+        correlations: with `SMC(decorrelation=...)`, each stage's correlation of the
+            particles with where its moves started (the largest over coordinates) when
+            its moves ended; NaN otherwise.
         lineages: each final particle's ancestor in the initial population (its Eve):
             particles of one lineage are correlated, those of different lineages are not
             (`mcse` groups by it).
@@ -68,7 +72,9 @@ class SMCResult(eqx.Module):
             at the last reweighting: the lineages `log_evidence_se` is estimated from.
         adjusted: whether the step size was tuned to an acceptance.
         names: one name per coordinate (`mu`, `theta[3]`).
-        num_mutation_steps: the kernel steps per particle and stage.
+        num_mutation_steps: the kernel steps per particle and stage (per round, with
+            `decorrelation`).
+        decorrelation_target: `SMC.decorrelation` (inf without one).
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -96,12 +102,15 @@ class SMCResult(eqx.Module):
     log_evidence_increments: np.ndarray
     ancestors: Int[Array, " N"] = enn.per_chain()
     lineages: np.ndarray
+    mutation_steps: np.ndarray
+    correlations: np.ndarray
     kernel: Any = None
     num_nonfinite: int = eqx.field(static=True, default=0)
     num_lineages: int = eqx.field(static=True, default=0)
     adjusted: bool = eqx.field(static=True, default=True)
     names: tuple[str, ...] = eqx.field(static=True, default=())
     num_mutation_steps: int = eqx.field(static=True, default=0)
+    decorrelation_target: float = eqx.field(static=True, default=np.inf)
 
     @property
     def num_particles(self) -> int:
@@ -150,7 +159,8 @@ class SMCResult(eqx.Module):
         the weights of a fixed schedule's step were carried by a few particles); the last
         stage's ESS is at least 100; at least half the final particles are distinct (the
         moves renew the resampled copies); for Metropolis-adjusted kernels a mean
-        acceptance of at least 0.05; at least 10 lineages (initial particles with
+        acceptance of at least 0.05; with `SMC(decorrelation=...)`, every stage's moves
+        decorrelated the particles that far; at least 10 lineages (initial particles with
         descendants at the last reweighting, from which `log_evidence_se` is estimated);
         and no log likelihood was NaN or +inf.
         """
@@ -195,6 +205,14 @@ class SMCResult(eqx.Module):
                     f"mean acceptance {mean:.3f} < {ACCEPTANCE_MIN}",
                     "a smaller initial step size for the kernel",
                 ))  # fmt: skip
+        stuck = np.flatnonzero(self.correlations > self.decorrelation_target)
+        if stuck.size:
+            reasons.append(_Reason(
+                "decorrelation", float(np.max(self.correlations)),
+                f"{stuck.size} stage(s) ended their moves with a correlation above "
+                f"{self.decorrelation_target} (the largest {np.max(self.correlations):.3f})",
+                "a larger max_mutation_steps, or a kernel that moves further per step",
+            ))  # fmt: skip
         if self.num_lineages < LINEAGES_MIN:
             reasons.append(_Reason(
                 "lineages", float(self.num_lineages),
@@ -227,7 +245,9 @@ class SMCResult(eqx.Module):
         flat = self.flat_particles()
         n = self.num_particles
         kernel = type(self.kernel).__name__
-        steps = self.num_mutation_steps
+        steps = str(self.num_mutation_steps)
+        if self.mutation_steps.size and np.ptp(self.mutation_steps):
+            steps = f"{np.min(self.mutation_steps)}-{np.max(self.mutation_steps)}"
         lines = [
             f"SMC: {n} particles, {self.num_stages} stages to temperature "
             f"{float(self.temperatures[-1]):.4g}, {kernel} x {steps} steps per stage",

@@ -96,6 +96,11 @@ class SMC(eqx.Module):
             kernel's `default_target_acceptance`. Unadjusted kernels keep their step size.
         max_stages: the most stages an adaptive schedule may take (a schedule that stalls
             stops there: `SMCResult.verdict` says so).
+        decorrelation: None (the default) runs `num_mutation_steps` per stage. A number in
+            (0, 1) runs rounds of `num_mutation_steps` until the particles' correlation
+            with where the stage's moves started (Pearson, across particles, the largest
+            over coordinates) is at most this, or `max_mutation_steps` ran.
+        max_mutation_steps: the most steps per stage with `decorrelation`.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -123,6 +128,8 @@ class SMC(eqx.Module):
     metric: Metric = eqx.field(static=True, default="diagonal")
     target_acceptance: float | None = eqx.field(static=True, default=None)
     max_stages: int = eqx.field(static=True, default=1000)
+    decorrelation: float | None = eqx.field(static=True, default=None)
+    max_mutation_steps: int = eqx.field(static=True, default=100)
 
     def __check_init__(self) -> None:
         check_fields(self)
@@ -216,6 +223,29 @@ class _Runner:
         return Tempered(self.log_prior, self.log_likelihood, self.structure,
                         jnp.asarray(beta, self.structure.dtype))  # fmt: skip
 
+    def mutate(
+        self, x: Array, kernel: Sampler, beta: float, key: PRNGKeyArray, log: "_Log"
+    ) -> tuple[Array, Array, Array, np.ndarray]:
+        """Rounds of `num_mutation_steps` moves: one, or (with `decorrelation`) until the
+        particles have decorrelated from where they started. Returns the particles, their
+        log prior and likelihood, and each particle's mean acceptance."""
+        smc = self.smc
+        start = None if smc.decorrelation is None else np.asarray(x, np.float64)
+        accepted, steps, correlation = 0.0, 0, np.nan
+        while True:
+            k = random.fold_in(key, steps)
+            x, lp, ll, acc = self.move(x, kernel, self.tempered(beta), k)
+            accepted = accepted + np.asarray(acc, np.float64)
+            steps += smc.num_mutation_steps
+            if start is None:
+                break
+            correlation = _correlation(start, np.asarray(x, np.float64))
+            if correlation <= smc.decorrelation or steps >= smc.max_mutation_steps:
+                break
+        log.mutation_steps.append(steps)
+        log.correlations.append(correlation)
+        return x, lp, ll, accepted / steps
+
     def go(self, x: Array, key: PRNGKeyArray) -> SMCResult:
         smc, n = self.smc, self.structure.num_particles
         lp, ll = self.evaluate(x, self.tempered(0.0))
@@ -239,8 +269,7 @@ class _Runner:
             x, ancestor, metric = self.resample(x, jnp.asarray(log_w, x.dtype), k_resample)
             eps = jnp.asarray(log.step_size, jnp.float32)
             tuned = with_tuning(kernel, eps, metric, self.mode)
-            x, lp, ll, accepted = self.move(x, tuned, self.tempered(new_beta), k_move)
-            acceptance = np.asarray(accepted, np.float64) / smc.num_mutation_steps
+            x, lp, ll, acceptance = self.mutate(x, tuned, new_beta, k_move, log)
             ll_host = log.moved(np.asarray(ancestor), np.asarray(ll, np.float64), acceptance)
             if tunes_step_size(smc.kernel):
                 log.step_size = next_step_size(log.step_size, log.acceptance[-1],
@@ -268,6 +297,9 @@ class _Runner:
             adjusted=tunes_step_size(smc.kernel),
             names=self.structure.names,
             num_mutation_steps=smc.num_mutation_steps,
+            mutation_steps=np.asarray(log.mutation_steps),
+            correlations=np.asarray(log.correlations),
+            decorrelation_target=np.inf if smc.decorrelation is None else smc.decorrelation,
         )
 
 
@@ -282,6 +314,8 @@ class _Log:
         self.ess: list[float] = []
         self.acceptance: list[float] = []
         self.step_sizes: list[float] = []
+        self.mutation_steps: list[int] = []
+        self.correlations: list[float] = []
         self.eves = np.arange(n)  # each particle's ancestor in the initial population
         self.lineage = np.zeros(n)
         self.num_lineages = n
@@ -303,6 +337,16 @@ class _Log:
         bad = np.isnan(ll) | np.isposinf(ll)
         self.num_nonfinite += int(bad.sum())
         return np.where(bad, -np.inf, ll)
+
+
+def _correlation(start: np.ndarray, now: np.ndarray) -> float:
+    """The largest, over coordinates, Pearson correlation across particles between the
+    particles' positions before and after the moves (1 where a coordinate has no spread:
+    copies that never moved)."""
+    a, b = start - start.mean(axis=0), now - now.mean(axis=0)
+    scale = np.sqrt(np.sum(a * a, axis=0) * np.sum(b * b, axis=0))
+    corr = np.where(scale > 0, np.sum(a * b, axis=0) / np.where(scale > 0, scale, 1.0), 1.0)
+    return float(np.max(corr))
 
 
 def _arrays(kernel: Sampler, dtype: Any) -> Sampler:

@@ -64,6 +64,22 @@ def check_fields(smc: Any) -> None:
             "max_stages=1000."
         )
     check_schedule(name, smc.schedule)
+    check_decorrelation(name, smc)
+
+
+def check_decorrelation(name: str, smc: Any) -> None:
+    target = smc.decorrelation
+    if target is not None and (not _is_real(target) or not 0.0 < target < 1.0):
+        raise (SamplerError if _is_real(target) else SamplerTypeError)(
+            f"{name}.decorrelation must be None or in (0, 1), got {target!r}.\n  fix: "
+            "decorrelation=None (num_mutation_steps per stage) or e.g. 0.1."
+        )
+    most = smc.max_mutation_steps
+    if not _is_int(most) or most < smc.num_mutation_steps:
+        raise (SamplerError if _is_int(most) else SamplerTypeError)(
+            f"{name}.max_mutation_steps must be an int >= num_mutation_steps "
+            f"({smc.num_mutation_steps}), got {most!r}.\n  fix: max_mutation_steps=100."
+        )
 
 
 def check_schedule(name: str, schedule: Any) -> None:

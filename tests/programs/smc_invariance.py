@@ -33,7 +33,8 @@ particles = {"a": start[:, :2], "b": 2.0 * start[:, 2]}
 # HMC, with its step size and metric tuned at every stage. (Not MALA: with an array
 # metric, MALA's acceptance probability differs in the last bit between 1 device and
 # more, in samplers.run too, and the tuned step size would carry that on.)
-smc = samplers.SMC(samplers.HMC(step_size=0.3, num_integration_steps=3), num_mutation_steps=3)
+smc = samplers.SMC(samplers.HMC(step_size=0.3, num_integration_steps=3), num_mutation_steps=2,
+                   decorrelation=0.3, max_mutation_steps=8)  # fmt: skip
 result = smc.run(log_prior, log_likelihood, particles, key=jax.random.key(0), block_size="auto")
 np.savez(
     out_path,
@@ -45,5 +46,6 @@ np.savez(
     temperatures=result.temperatures,
     acceptance=result.acceptance,
     step_sizes=result.step_sizes,
+    mutation_steps=result.mutation_steps,
     log_evidence=np.asarray([result.log_evidence, result.log_evidence_se]),
 )

@@ -150,3 +150,24 @@ def test_step_size_is_tuned_towards_the_target_acceptance():
     assert result.acceptance[0] < 0.2 and result.num_stages >= 6
     assert np.all(np.diff(result.step_sizes[:3]) < 0)  # shrinking while it rejects
     assert abs(np.mean(result.acceptance[-3:]) - target) < 0.2, result.acceptance
+
+
+def test_moves_until_the_particles_decorrelate():
+    smc = samplers.SMC(samplers.RandomWalk(0.5), num_mutation_steps=2, decorrelation=0.2,
+                       max_mutation_steps=40)  # fmt: skip
+    result = smc.run(log_prior, log_likelihood, start(), key=jax.random.key(8))
+    steps, corr = result.mutation_steps, result.correlations
+    assert np.all(steps % 2 == 0) and np.all(steps <= 40) and np.max(steps) > 2, steps
+    assert np.all((corr <= 0.2) | (steps == 40)), (corr, steps)
+    assert result.verdict.converged, result.verdict
+    assert f"RandomWalk x {steps.min()}-{steps.max()} steps" in result.summary(print_it=False)
+    # Moves that never accept cannot decorrelate: the verdict says so.
+    stuck = samplers.SMC(samplers.RandomWalk(1e4), num_mutation_steps=2, decorrelation=0.2,
+                         max_mutation_steps=4, metric=None)  # fmt: skip
+    result = stuck.run(log_prior, log_likelihood, start(), key=jax.random.key(8))
+    assert np.all(result.mutation_steps == 4) and np.all(result.correlations == 1.0)
+    assert "decorrelation" in [r.criterion for r in result.verdict.reasons]
+    # Without decorrelation, one round per stage, nothing measured.
+    fixed = samplers.SMC(samplers.RandomWalk(0.5), num_mutation_steps=2)
+    result = fixed.run(log_prior, log_likelihood, start(), key=jax.random.key(8))
+    assert np.all(result.mutation_steps == 2) and np.all(np.isnan(result.correlations))

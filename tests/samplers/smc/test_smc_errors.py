@@ -41,6 +41,12 @@ def fix_line(message):
         (dict(metric="full"), samplers.SamplerError, "SMC.metric"),
         (dict(target_acceptance=1.5), samplers.SamplerError, "SMC.target_acceptance"),
         (dict(max_stages=0), samplers.SamplerError, "SMC.max_stages"),
+        (dict(decorrelation=1.0), samplers.SamplerError, "SMC.decorrelation"),
+        (
+            dict(num_mutation_steps=8, max_mutation_steps=4),
+            samplers.SamplerError,
+            "SMC.max_mutation_steps",
+        ),
     ],
 )
 def test_bad_hyperparameters_are_refused_when_built(settings, error, names):

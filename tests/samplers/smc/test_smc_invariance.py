@@ -21,6 +21,7 @@ def test_smc_run_is_bitwise_identical_on_1_2_4_8_devices(tmp_path):
         assert process.wait(timeout=300) == 0, f"{n} devices failed"
     out = {n: np.load(tmp_path / f"{n}.npz") for n in runs}
     assert out[1]["temperatures"].size > 3  # several stages, with their tuning
+    assert out[1]["mutation_steps"].max() > 2  # and rounds of moves until decorrelated
     for n in (2, 4, 8):
         for name in out[1].files:
             np.testing.assert_array_equal(out[n][name], out[1][name], err_msg=f"{name}, {n}")
