@@ -20,6 +20,7 @@ from ._schedule import ess_fraction, increment, lineage_residuals, log_mean_exp,
 from ._stage import Evaluate, Move, Resample
 from ._tuning import (
     Metric,
+    check_metric,
     initial_step_size,
     metric_mode,
     next_step_size,
@@ -195,6 +196,7 @@ class SMC(eqx.Module):
         check_density("log_prior", log_prior, structure)
         check_density("log_likelihood", log_likelihood, structure)
         self.kernel.check_dim(structure.dim, structure.num_particles)
+        check_metric(self.kernel, self.metric)
         x = structure.ravel(particles)
         runner = _Runner(self, structure, log_prior, log_likelihood, mesh, axis, block_size)
         return runner.go(x, key)

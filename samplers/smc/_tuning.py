@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 
 import ensemblenn as enn
 
+from .._errors import SamplerError
 from ..kernels import RandomWalk, Sampler, resolve
 
 GAIN = 1.0  # log step size per unit of acceptance error: x0.45 at 0 acceptance (target 0.8)
@@ -39,6 +40,20 @@ def metric_mode(kernel: Sampler, metric: Metric) -> str | None:
     if isinstance(kernel, RandomWalk) and metric == "diagonal":
         return "step"
     return None
+
+
+def check_metric(kernel: Sampler, metric: Metric) -> None:
+    """A dense metric needs a kernel whose `inverse_mass_matrix` takes a matrix."""
+    if metric != "dense" or not has_field(kernel, "inverse_mass_matrix"):
+        return
+    field = next(f for f in dataclasses.fields(kernel) if f.name == "inverse_mass_matrix")
+    if field.metadata.get("shape", "vector") != "metric":
+        name = type(kernel).__name__
+        raise SamplerError(
+            f"SMC(metric='dense'): {name}.inverse_mass_matrix takes a vector (diagonal) "
+            "only, not a matrix.\n  fix: metric='diagonal', or a kernel with a dense metric "
+            "(samplers.HMC, MALA, NUTS)."
+        )
 
 
 def tunes_step_size(kernel: Sampler) -> bool:

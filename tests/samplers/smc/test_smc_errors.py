@@ -94,6 +94,10 @@ def test_a_bad_key_and_a_kernel_of_the_wrong_dimension():
             SMC.run(log_prior, log_likelihood, PARTICLES, key=0)
         with pytest.raises(samplers.SamplerError, match="HMC.inverse_mass_matrix has shape"):
             wide.run(log_prior, log_likelihood, PARTICLES, key=KEY)
+        dense = samplers.SMC(samplers.MCLMC(step_size=0.5, L=1.0), metric="dense")
+        with pytest.raises(samplers.SamplerError, match="takes a vector") as info:
+            dense.run(log_prior, log_likelihood, PARTICLES, key=KEY)
+        assert fix_line(str(info.value))
     assert len(compiles) == 0, compiles.names
 
 
