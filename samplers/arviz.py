@@ -72,8 +72,107 @@ def _inference_data(az: Any, groups: dict) -> Any:
     return xr.DataTree.from_dict(groups)
 
 
+_INTEGER_STATS = ("n_steps", "tree_depth")
+
+
+def _draw_stats(host: dict) -> dict[str, np.ndarray]:
+    """The per-draw sample statistics in ArviZ's names and types; those the kernel does not
+    report (all -inf: `samplers.driver._chunk.ABSENT`) are left out."""
+    stats = {}
+    for name, value in (host["stats"] or {}).items():
+        value = np.asarray(value)
+        if value.size and np.all(value == -np.inf):
+            continue
+        if name == "diverging":
+            value = value != 0
+        elif name in _INTEGER_STATS:
+            value = value.astype(np.int64)
+        stats[name] = value
+    if host["draw_lp"] is not None:
+        stats["lp"] = np.asarray(host["draw_lp"])
+    return stats
+
+
+def _warmup_steps(result: Any) -> int:
+    """The steps that ran before sampling: the adaptation's (when its info says how many)
+    and `num_warmup`."""
+    steps = int(getattr(result, "num_warmup", 0))
+    adapted = getattr(getattr(result, "adaptation_info", None), "num_steps", None)
+    if adapted is not None and np.size(adapted) == 1:
+        steps += int(np.asarray(adapted))
+    return steps
+
+
+def _site_dims(target: Any, variables: dict) -> tuple[dict, dict]:
+    """`(dims, coords)` of a NumPyro model's sites: an axis that a `numpyro.plate` indexes
+    is named after the plate (coordinates `0..size-1`), the others `{name}_dim_{i}`."""
+    from numpyro import handlers
+
+    model = handlers.seed(target.model, 0)
+    trace = handlers.trace(model).get_trace(*target.model_args, **target.model_kwargs)
+    dims, coords = {}, {}
+    for name, site in trace.items():
+        if site["type"] not in ("sample", "deterministic"):
+            continue
+        shape = np.shape(site["value"])
+        event = getattr(site.get("fn"), "event_dim", 0) if site["type"] == "sample" else 0
+        names = [f"{name}_dim_{i}" for i in range(len(shape))]
+        for frame in site.get("cond_indep_stack", ()):
+            axis = len(shape) - event + frame.dim
+            if 0 <= axis < len(shape) and shape[axis] == frame.size:
+                names[axis] = frame.name
+                coords[frame.name] = np.arange(frame.size)
+        dims[name] = names
+    return {k: v for k, v in dims.items() if k in variables or k in trace}, coords
+
+
+def _log_likelihood(target: Any, posterior: dict) -> tuple[dict, dict]:
+    """`(pointwise log likelihood of each observed site per draw, observed data)`."""
+    from numpyro.infer.util import log_likelihood
+
+    latent = {name: posterior[name] for name in target.shapes if name in posterior}
+    pointwise = log_likelihood(
+        target.model, latent, *target.model_args, batch_ndims=2, **target.model_kwargs
+    )
+    from numpyro import handlers
+
+    model = handlers.seed(target.model, 0)
+    trace = handlers.trace(model).get_trace(*target.model_args, **target.model_kwargs)
+    observed = {
+        name: np.asarray(site["value"])
+        for name, site in trace.items()
+        if site["type"] == "sample" and site.get("is_observed", False) and name in pointwise
+    }
+    return {k: np.asarray(v) for k, v in pointwise.items()}, observed
+
+
+def _named_dataset(variables: dict, coords: dict, dims: dict, attrs: dict) -> Any:
+    """An xarray Dataset whose variables have `(chain, draw, *dims[name])` dims."""
+    import xarray as xr
+
+    data, used = {}, dict(coords)
+    for name, value in variables.items():
+        extra = list(dims.get(name, ()))
+        extra += [f"{name}_dim_{i}" for i in range(len(extra), value.ndim - len(coords))]
+        data[name] = ((*coords, *extra[: value.ndim - len(coords)]), value)
+    return xr.Dataset(data, coords=used, attrs=dict(attrs))
+
+
+def _data_dataset(variables: dict, dims: dict, coords: dict, attrs: dict) -> Any:
+    """An xarray Dataset of arrays without chain and draw (the observed data)."""
+    import xarray as xr
+
+    data = {}
+    for name, value in variables.items():
+        names = list(dims.get(name, ()))[: value.ndim]
+        names += [f"{name}_dim_{i}" for i in range(len(names), value.ndim)]
+        data[name] = (tuple(names), value)
+    used = {k: v for k, v in coords.items() if any(k in d for d, _ in data.values())}
+    return xr.Dataset(data, coords=used, attrs=dict(attrs))
+
+
 def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
-    """The thinned trace of a `samplers.run` result as ArviZ data: an `arviz.InferenceData`
+    """The kept draws of a `samplers.run` result as ArviZ data: an `arviz.InferenceData`
     (ArviZ 0.x) or an `xarray.DataTree` (ArviZ 1.x), with the same groups.
 
     Groups:
@@ -81,24 +180,29 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     * `posterior`: one variable per leaf of `result.trace` (the target's observable, else
       the position), named by its path (`mu`, `theta_z`, `params.w`), with dims
       `(chain, draw, {name}_dim_0, ...)`; a plain array trace is the variable `var_name`.
-      When the run had superchains (or `superchain_size` is given) it also carries the
-      coordinate `superchain` on `chain` (chain `i` is in superchain
-      `i // superchain_size`, consecutive chains, as `samplers.diagnostics.nested_rhat`
-      groups them) and the attribute `superchain_size`.
-    * `sample_stats`: `lp`, the log density of each kept draw (dims `(chain, draw)`; of
-      the final state, dim `chain`, when the run could not evaluate it per draw), and what
-      the run keeps per chain (dim `chain`): `mean_acceptance_rate`, `num_divergent`,
-      `num_grads`. No `energy`: the driver does not record it.
+      For a `samplers.targets.from_numpyro` target these are the constrained sites and
+      the deterministic ones, and an axis a `numpyro.plate` indexes is named after the
+      plate (coordinates `0..size-1`). When the run had superchains (or
+      `superchain_size` is given) it also carries the coordinate `superchain` on `chain`
+      (chain `i` is in superchain `i // superchain_size`, consecutive chains, as
+      `samplers.diagnostics.nested_rhat` groups them) and the attribute
+      `superchain_size`.
+    * `sample_stats`: per draw (dims `(chain, draw)`), in ArviZ's names, what the kernel
+      reports: `diverging`, `acceptance_rate`, `n_steps` (gradient evaluations),
+      `step_size`, `energy_error`, `tree_depth` (NUTS), `energy` (kernels whose info
+      has the Hamiltonian), and `lp`, the log density of the draw (on the chains'
+      scale); per chain (dim `chain`): `mean_acceptance_rate`, `num_divergent`,
+      `num_grads`.
+    * `log_likelihood` and `observed_data` (NumPyro models with observed sites): the
+      pointwise log likelihood of each observation per draw, for `az.loo`/`az.waic`.
 
-    Attributes of both groups record the run's `num_warmup`, `num_steps` and sampler.
+    Attributes of the groups record the run's `num_warmup` (the warmup and adaptation
+    steps that ran before sampling), `num_steps` and sampler.
 
     Args:
-        result: a `samplers.Result` of a run with `thin=` (which keeps a trace).
+        result: a `samplers.Result` of a run that kept a trace (any `thin` but 0).
         var_name: the posterior variable's name when the trace is one plain array.
         superchain_size: overrides the run's superchain size for the `superchain` coordinate.
-
-    Works with ArviZ 0.x (an `arviz.InferenceData`) and 1.x (an `xarray.DataTree` with the
-    same groups).
 
     Raises:
         ImportError: ArviZ is not installed.
@@ -113,14 +217,15 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
         >>> idata = samplers.arviz.to_arviz(result, var_name="theta", superchain_size=2)
         >>> dict(idata.posterior["theta"].sizes), idata.posterior["superchain"].values.tolist()
         ({'chain': 4, 'draw': 4, 'theta_dim_0': 2}, [0, 0, 1, 1])
-        >>> sorted(idata.sample_stats.data_vars)
-        ['lp', 'mean_acceptance_rate', 'num_divergent', 'num_grads']
+        >>> sorted(idata.sample_stats.data_vars)  # doctest: +NORMALIZE_WHITESPACE
+        ['acceptance_rate', 'diverging', 'energy_error', 'lp', 'mean_acceptance_rate',
+         'n_steps', 'num_divergent', 'num_grads', 'step_size']
     """
     if getattr(result, "trace", None) is None:
         raise enn.EnsembleError(
-            "This result has no trace to export: samplers.run keeps only streaming moments "
-            "unless asked.\n  fix: run with thin=k (keep every k-th draw), e.g. "
-            "samplers.run(..., thin=10), then call result.to_arviz()."
+            "This result has no trace to export: the run kept no draws (thin=0).\n  fix: "
+            "run without thin (every draw that fits the memory budget) or with thin=k "
+            "(every k-th draw), then call result.to_arviz()."
         )
     az = _import_arviz()
     from . import distributed
@@ -128,6 +233,7 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     host = distributed.gather(
         {
             "trace": result.trace,
+            "stats": getattr(result, "sample_stats", None),
             "acceptance": result.acceptance_rate,
             "divergent": result.num_divergent,
             "grads": result.num_grads,
@@ -149,7 +255,7 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
         )
     sampler = getattr(result, "sampler", None)
     attrs = {
-        "num_warmup": int(getattr(result, "num_warmup", 0)),
+        "num_warmup": _warmup_steps(result),
         "num_steps": int(getattr(result, "num_steps", 0)),
         "sampler": type(sampler).__name__ if sampler is not None else "None",
         "exported_by": "samplers.arviz.to_arviz",
@@ -157,24 +263,39 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
     if size is not None:
         attrs["superchain_size"] = int(size)
     coords = {"chain": np.arange(num_chains), "draw": np.arange(num_draws)}
-    posterior = _dataset(variables, coords, attrs)
+    target = getattr(result, "target", None)
+    dims, site_coords = _site_dims(target, variables) if target is not None else ({}, {})
+    posterior = _named_dataset(variables, coords, dims, attrs).assign_coords(
+        {k: v for k, v in site_coords.items() if k in _used_dims(variables, dims)}
+    )
     per_chain = {
         "mean_acceptance_rate": host["acceptance"],
         "num_divergent": host["divergent"],
         "num_grads": host["grads"],
     }
-    if host["draw_lp"] is not None:
-        per_draw = {"lp": host["draw_lp"]}
-    else:
-        per_draw = {}
-        if host["lp"] is not None:
-            per_chain["lp"] = host["lp"]
+    per_draw = _draw_stats(host)
+    if "lp" not in per_draw and host["lp"] is not None:
+        per_chain["lp"] = host["lp"]  # no per-draw value (a minibatch log density)
     sample_stats = _dataset(per_draw, coords, attrs).merge(
         _dataset(per_chain, {"chain": coords["chain"]}, attrs)
     )
     sample_stats.attrs = dict(attrs)
+    groups = {"posterior": posterior, "sample_stats": sample_stats}
+    if target is not None:
+        pointwise, observed = _log_likelihood(target, variables)
+        if pointwise:
+            groups["log_likelihood"] = _named_dataset(pointwise, coords, dims, attrs)
+            groups["log_likelihood"] = groups["log_likelihood"].assign_coords(
+                {k: v for k, v in site_coords.items() if k in _used_dims(pointwise, dims)}
+            )
+            groups["observed_data"] = _data_dataset(observed, dims, site_coords, attrs)
     if size is not None:
         superchain = ("chain", np.arange(num_chains) // size)
-        posterior = posterior.assign_coords(superchain=superchain)
-        sample_stats = sample_stats.assign_coords(superchain=superchain)
-    return _inference_data(az, {"posterior": posterior, "sample_stats": sample_stats})
+        for name in ("posterior", "sample_stats", "log_likelihood"):
+            if name in groups:
+                groups[name] = groups[name].assign_coords(superchain=superchain)
+    return _inference_data(az, groups)
+
+
+def _used_dims(variables: dict, dims: dict) -> set:
+    return {d for name in variables for d in dims.get(name, ())}

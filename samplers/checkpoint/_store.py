@@ -171,7 +171,11 @@ class Checkpointer:
             "keys": keys,
             "trace": None
             if header["num_draws"] is None
-            else jax.ShapeDtypeStruct((num_chains, header["num_draws"], dim), position.dtype),
+            else jax.ShapeDtypeStruct(
+                # A row is the position and the driver's per-draw statistics.
+                (num_chains, header["num_draws"], header.get("trace_width", dim)),
+                position.dtype,
+            ),
             "bias_history": None
             if header["num_bias"] is None
             else jax.ShapeDtypeStruct((header["num_bias"], 2), jnp.float32),
@@ -243,6 +247,9 @@ class Checkpointer:
                     "step": int(snapshot.step),
                     "total_steps": int(total),
                     "num_draws": (None if snapshot.trace is None else int(snapshot.trace.shape[1])),
+                    "trace_width": (
+                        None if snapshot.trace is None else int(snapshot.trace.shape[2])
+                    ),
                     "num_bias": (
                         None
                         if snapshot.bias_history is None

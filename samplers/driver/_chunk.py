@@ -15,6 +15,34 @@ from .. import random
 from ..kernels import Logdensity, Sampler, step_chain
 from ._moments import StreamingSums
 
+TRACE_STATS = (
+    ("diverging", "is_divergent"),
+    ("acceptance_rate", "acceptance_rate"),
+    ("n_steps", "num_grads"),
+    ("step_size", "step_size"),
+    ("energy_error", "energy_change"),
+    ("tree_depth", "tree_depth"),
+    ("energy", "energy"),
+)
+"""The per-draw sample statistics a kept trace row carries after the position: ArviZ's
+name and the kernel's `Info` field it is read from. A field the kernel's info lacks is
+`ABSENT` (`tree_depth` of a kernel other than NUTS), and the export leaves it out."""
+
+ABSENT = -jnp.inf
+"""The value of a statistic the kernel does not report: not NaN, which compares unequal
+to itself (a multi-process restore checks that every process holds the same trace)."""
+
+
+def trace_row(state: Any, info: Any) -> Float[Array, " width"]:
+    """One chain's kept draw as one row: its position, then `TRACE_STATS` in the position's
+    dtype (every count and flag here is exact in it), so the trace stays one array, laid
+    out, saved and restored like the positions alone."""
+    dtype = state.position.dtype
+    stats = [
+        jnp.asarray(getattr(info, field, ABSENT), dtype).reshape(()) for _, field in TRACE_STATS
+    ]
+    return jnp.concatenate([state.position, jnp.stack(stats)])
+
 
 class Config(eqx.Module):
     """The static shape of a chunk of steps (part of the compilation key).
@@ -69,8 +97,8 @@ def chunk(
     """
     observe = getattr(logdensity, "observable", None)
     separate = carry.moments.observed is not None
-    dim = carry.state.position.shape[-1]
-    draws = jnp.zeros((config.capacity // config.thin, dim), carry.state.position.dtype)
+    width = carry.state.position.shape[-1] + len(TRACE_STATS)
+    draws = jnp.zeros((config.capacity // config.thin, width), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
     def body(i: Array, loop: tuple) -> tuple:
@@ -108,7 +136,8 @@ def chunk(
             # One row selected, not the buffer (a select of the buffer copies all of it),
             # and no cond (on a GPU a cond sends its predicate to the host every step).
             slot = jnp.minimum(kept, draws.shape[0] - 1)
-            draws = draws.at[slot].set(jnp.where(keep, state.position, draws[slot]))
+            row = trace_row(state, info)
+            draws = draws.at[slot].set(jnp.where(keep, row, draws[slot]))
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)

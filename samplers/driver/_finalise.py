@@ -13,6 +13,7 @@ from ensemblenn import BROADCAST, PER_CHAIN
 from .. import diagnostics as diag
 from ..adaptation import BiasMonitor
 from ..kernels import Logdensity
+from ._chunk import TRACE_STATS
 from ._flat import Structure
 from ._moments import ChainMoments, StreamingSums
 from ._result import Diagnostics, Result, Unconstrained
@@ -145,7 +146,15 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
             return None
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
-    flat_trace = joined(at.trace, axis=1)
+    rows = joined(at.trace, axis=1)  # (chains, draws, dim + len(TRACE_STATS))
+    flat_trace, sample_stats = None, None
+    if rows is not None:
+        dim = setup.position.dim
+        flat_trace = on_mesh_of(rows, lambda r: r[..., :dim])
+        sample_stats = {
+            name: on_mesh_of(rows, lambda r, i=i: r[..., dim + i])
+            for i, (name, _) in enumerate(TRACE_STATS)
+        }
     outputs = enn.ensemble_map(
         _unravel_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
         out_roles=PER_CHAIN, **setup.mapping,
@@ -174,6 +183,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
         num_divergent=carry.divergent,
         num_grads=carry.grads,
         trace=trace,
+        sample_stats=sample_stats,
         bias_history=joined(at.bias_history, axis=0),
         adaptation_info=at.adaptation_info,
         num_steps=setup.num_steps,
@@ -188,4 +198,16 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
         reference=setup.reference,
         structure=setup.observed if setup.observed is not None else setup.position,
         adapted=adapted,
+        thin=setup.thin,
+        thin_auto=setup.thin_auto,
+        target=_numpyro_target(logdensity),
     )
+
+
+def _numpyro_target(logdensity: Logdensity) -> Any:
+    """The run's `samplers.targets.from_numpyro` target, if it sampled one (the export to
+    ArviZ reads its plates, data and likelihood), else None."""
+    from ..targets._numpyro import NumPyroTarget
+
+    user = getattr(logdensity, "logdensity", logdensity)  # a FlatTarget wraps the user's
+    return user if isinstance(user, NumPyroTarget) else None

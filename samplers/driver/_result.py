@@ -10,6 +10,7 @@ from jaxtyping import Array, Float, Int
 
 import ensemblenn as enn
 
+from . import _setup
 from ._bias import grads_to_threshold
 from ._flat import Structure
 from ._moments import ChainMoments
@@ -111,9 +112,16 @@ class Result(eqx.Module):
         num_divergent: divergent sampling transitions per chain (warmup's are not
             counted, as NumPyro and Stan report them).
         num_grads: gradient evaluations per chain (excluding adaptation).
-        trace: the thinned draws if `thin` was given, of the target's observable when it
-            has one (else of the position), in its structure: leaves
-            `(num_chains, num_draws, ...)`; `(num_chains, num_draws, dim)` for a plain run.
+        trace: the kept draws (every draw by default, thinned to fit
+            `samplers.driver._setup.TRACE_MEMORY_BUDGET`; see `samplers.run`'s `thin`), of the
+            target's observable when it has one (else of the position), in its structure:
+            leaves `(num_chains, num_draws, ...)`; `(num_chains, num_draws, dim)` for a
+            plain run. None when no draw was kept (`thin=0`).
+        sample_stats: per kept draw, `(num_chains, num_draws)` arrays of the transition
+            that produced it, in ArviZ's names: `diverging`, `acceptance_rate`, `n_steps`
+            (gradient evaluations), `step_size`, `energy_error`, `tree_depth` (NUTS) and
+            `energy` (kernels whose info reports one); -inf where the kernel's info has no
+            such field. None without a trace.
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
         superchain_size: the run's superchain size (nested R-hat), or None: the one given to
@@ -134,6 +142,11 @@ class Result(eqx.Module):
         reference: the reference moments the run compared with, or None.
         structure: the `Structure` of the diagnostics (one chain's observable): the
             coordinate names of the summary.
+        thin: the run's resolved thinning: every `thin`-th sampling draw was kept (0:
+            none); None for a result not made by `samplers.run`.
+        thin_auto: whether `thin` was chosen to fit the memory budget (`thin=None`).
+        target: the `samplers.targets.from_numpyro` target the run sampled (its plates,
+            data and likelihood are exported by `to_arviz`), else None.
         adapted: whether an adaptation tuned the kernel before the sampling steps (the
             verdict's fixes then suggest changing it, not adding one); None: inferred from
             `adaptation_info` (an adaptation's info, or None without one).
@@ -157,7 +170,8 @@ class Result(eqx.Module):
     num_divergent: Int[Array, " chains"] = enn.per_chain()
     num_grads: Int[Array, " chains"] = enn.per_chain()
     trace: Any = enn.per_chain()
-    bias_history: Float[Array, "steps 2"] | None = enn.broadcast()
+    sample_stats: dict[str, Float[Array, "chains draws"]] | None = enn.per_chain(default=None)
+    bias_history: Float[Array, "steps 2"] | None = enn.broadcast(default=None)
     adaptation_info: Any = None
     num_steps: int = eqx.field(static=True, default=0)
     num_warmup: int = eqx.field(static=True, default=0)
@@ -170,6 +184,9 @@ class Result(eqx.Module):
     reference: Any = enn.broadcast(default=None)
     structure: Structure | None = None
     adapted: bool | None = eqx.field(static=True, default=None)
+    thin: int | None = eqx.field(static=True, default=None)
+    thin_auto: bool = eqx.field(static=True, default=False)
+    target: Any = None
 
     @property
     def num_chains(self) -> int:
@@ -321,6 +338,9 @@ class Result(eqx.Module):
             "verdict read: "
             + superchain_description(self.num_chains, self.superchain_size, self.superchain_auto),
         ]
+        trace = self._trace_line()
+        if trace is not None:
+            lines.append(trace)
         if d.bias_squared_max is not None:
             lines.append(
                 f"bias^2 of E[x^2]: max {float(d.bias_squared_max):.2e}, "
@@ -332,16 +352,34 @@ class Result(eqx.Module):
             print(text)
         return text
 
+    def _trace_line(self) -> str | None:
+        """What the trace kept, and why (the automatic thinning names the budget)."""
+        if self.thin is None:
+            return None
+        if self.thin == 0:
+            why = "automatic: not one draw per chain fits" if self.thin_auto else "thin=0"
+            return f"trace: no draws kept ({why})"
+        every = "every draw" if self.thin == 1 else f"every {_ordinal(self.thin)} draw"
+        budget = f"memory budget {_setup.TRACE_MEMORY_BUDGET / 2**20:g} MiB"
+        why = f" ({budget})" if self.thin_auto else f" (thin={self.thin})"
+        return f"trace: {every} kept{why}"
+
     def _flat(self, tree: Any) -> np.ndarray:
         """A diagnostics field as one flat host vector, in the order of `names`."""
         return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
 
     def to_arviz(self, *, var_name: str = "x", superchain_size: int | None = None) -> Any:
-        """The trace as an `arviz.InferenceData` (needs `thin=` in `samplers.run`, and
-        ArviZ); see `samplers.arviz.to_arviz` for the groups and coordinates."""
+        """The kept draws as an `arviz.InferenceData` (ArviZ 0.x) or `xarray.DataTree`
+        (1.x), with per-draw sample statistics; see `samplers.arviz.to_arviz` for the
+        groups and coordinates. Needs ArviZ, and a trace (any `thin` but 0)."""
         from ..arviz import to_arviz
 
         return to_arviz(self, var_name=var_name, superchain_size=superchain_size)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _device_count(x: Any) -> int:

@@ -67,8 +67,8 @@ def run(
     then the steps in chunks (one compiled `lax.while_loop` program, reused for every chunk
     and phase) so the host can show progress and save checkpoints. Per-chain keys
     come from `enn.chain_keys` and the global step index, so the result is the same on
-    any device count and any chunking. Only streaming moments are kept unless `thin` asks
-    for a trace.
+    any device count and any chunking. Streaming moments cover every sampling step; the
+    draws themselves are kept within a memory budget (see `thin`).
 
     Args:
         sampler: the kernel (None if the adaptation builds its own, as LAPS can:
@@ -95,7 +95,14 @@ def run(
         adaptation: an ensemble adaptation scheme (`samplers.LAPS`, `ChEES`, `MEADS`).
         mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
         axis: the mesh axis over chains.
-        thin: keep every `thin`-th sampling draw in `result.trace`; None keeps no trace.
+        thin: keep every `thin`-th sampling draw in `result.trace` (with its sample
+            statistics in `result.sample_stats`, for `result.to_arviz()`). None (the
+            default) keeps every draw if the trace fits a memory budget of 256 MiB for the
+            whole run (`samplers.driver._setup.TRACE_MEMORY_BUDGET`: chains x kept draws x
+            (position, observable, log density and 7 statistics) x itemsize), else every
+            k-th draw for the smallest k that fits (the summary says which: "trace: every
+            4th draw kept (memory budget 256 MiB)"). 0 keeps no trace (thousands of
+            chains, or many steps, where the streaming moments and diagnostics suffice).
         reference: `samplers.targets.Moments` to measure `bias_squared` against.
         superchain_size: group consecutive chains into superchains for nested R-hat,
             which the verdict then reads. None (the default) picks superchains by itself

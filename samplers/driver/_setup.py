@@ -7,13 +7,14 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
 
-from ._chunk import Carry, Config
+from ._chunk import TRACE_STATS, Carry, Config
 from ._flat import Structure
 from ._moments import StreamingSums
 from ._verdict import automatic_superchain_size
@@ -25,7 +26,7 @@ class Setup(NamedTuple):
     num_chains: int
     num_warmup: int
     num_steps: int
-    thin: int | None
+    thin: int  # resolved: keep every `thin`-th sampling draw; 0 keeps no trace
     reference: Any
     superchain_size: int | None
     config: Config
@@ -40,6 +41,7 @@ class Setup(NamedTuple):
     position: Structure  # one chain's position pytree <-> flat vectors
     observed: Structure | None  # the observable's, or None when the target has none
     superchain_auto: bool = False  # superchain_size was chosen by the verdict's rule
+    thin_auto: bool = False  # thin was chosen to fit TRACE_MEMORY_BUDGET (thin=None)
 
     @property
     def total(self) -> int:
@@ -80,6 +82,40 @@ class CarryPlan(eqx.Module):
         )
 
 
+TRACE_MEMORY_BUDGET = 256 * 2**20
+"""Bytes the kept draws of one `samplers.run` call may take by default (`thin=None`), all
+chains and devices together: the trace rows (positions and per-draw sample statistics)
+on the devices, plus the observables and log densities computed from them at the end.
+Every draw is kept if they fit, else every k-th draw for the smallest k that fits."""
+
+
+def trace_row_bytes(position: Structure, observed: Structure | None) -> int:
+    """Bytes one chain's kept draw takes: its trace row (the position and `TRACE_STATS`),
+    the observable computed from it at the end, and its log density."""
+    itemsize = np.dtype(position.dtype).itemsize
+    row = (position.dim + len(TRACE_STATS) + 1) * itemsize
+    if observed is not None:
+        row += observed.dim * np.dtype(observed.dtype).itemsize
+    return row
+
+
+def automatic_thin(num_chains: int, num_steps: int, row_bytes: int) -> int:
+    """The smallest `thin` whose kept draws fit `TRACE_MEMORY_BUDGET` (0: not even one
+    draw per chain fits, and no trace is kept).
+
+    Example:
+        >>> automatic_thin(64, 1000, 100)   # 6.4 MB: every draw
+        1
+        >>> automatic_thin(4096, 10_000, 100)   # 4 GB: every 16th draw, 256 MB
+        16
+    """
+    per_draw = num_chains * row_bytes
+    fits = TRACE_MEMORY_BUDGET // per_draw  # draws per chain within the budget
+    if fits < 1:
+        return 0
+    return max(1, math.ceil(num_steps / fits))
+
+
 @functools.lru_cache(maxsize=32)
 def _run_keys(num_chains: int, sharding: NamedSharding) -> Any:
     """The compiled program: one key -> per-chain keys for initialisation, adaptation and
@@ -116,6 +152,10 @@ def make_setup(
     if superchain_auto:
         superchain_size = automatic_superchain_size(num_chains, num_steps)
     superchain_size = superchain_size or None
+    # thin=None: every draw if the trace fits the budget, else thinned to fit; 0: none.
+    thin_auto = thin is None
+    if thin_auto:
+        thin = automatic_thin(num_chains, num_steps, trace_row_bytes(position, observed))
     thin_by = thin or 1
     total = num_warmup + num_steps
     # At least 100 steps per chunk (one chunk up to 100 steps), 20 chunks from 2,000 steps:
@@ -164,4 +204,5 @@ def make_setup(
         position=position,
         observed=observed,
         superchain_auto=superchain_auto and superchain_size is not None,
+        thin_auto=thin_auto,
     )

@@ -195,10 +195,11 @@ def check_inputs(
             raise SamplerTypeError(f"{name} must be an int >= {low}, got {value!r}.")
         if value < low:
             raise SamplerError(f"{name} must be an int >= {low}, got {value!r}.")
-    if thin is not None and (not _is_int(thin) or thin < 1 or thin > num_steps):
+    if thin is not None and (not _is_int(thin) or thin < 0 or thin > max(num_steps, 1)):
         raise (SamplerError if _is_int(thin) else SamplerTypeError)(
-            f"thin must be None or an int in [1, num_steps={num_steps}], got {thin!r}.\n"
-            "  fix: thin=10 keeps every 10th draw in result.trace; None keeps no trace."
+            f"thin must be None or an int in [0, num_steps={num_steps}], got {thin!r}.\n"
+            "  fix: thin=10 keeps every 10th draw in result.trace; thin=0 keeps no trace; "
+            "None (the default) keeps every draw that fits the memory budget."
         )
     if hasattr(positions, "shape") and hasattr(positions, "dtype") and np.ndim(positions) < 2:
         raise SamplerError(

@@ -654,11 +654,11 @@ RUN = [
         None,
     ),  # noqa: E501
     (
-        "run thin 0",
-        lambda: run(thin=0),
+        "run thin above num_steps",
+        lambda: run(thin=6),
         SE,
         V,
-        r"thin must be None or an int in \[1, num_steps=5\], got 0",
+        r"thin must be None or an int in \[0, num_steps=5\], got 6",
         None,
     ),  # noqa: E501
     ("run thin 2.0", lambda: run(thin=2.0), STE, T, r"thin .* got 2\.0", None),

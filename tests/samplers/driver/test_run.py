@@ -39,7 +39,8 @@ def test_warmup_only_chunks_with_a_trace_on_an_explicit_mesh(explicit_mesh):
 
 
 def test_memory_does_not_grow_with_num_steps(mesh):
-    short, long = go(mesh=mesh, num_steps=10), go(mesh=mesh, num_steps=200)
+    # thin=0: streaming moments only (the default keeps draws within a memory budget).
+    short, long = go(mesh=mesh, num_steps=10, thin=0), go(mesh=mesh, num_steps=200, thin=0)
     shapes = lambda r: [np.shape(x) for x in jax.tree.leaves(r)]
     assert short.trace is None and short.bias_history is None
     assert shapes(short) == shapes(long)
@@ -233,3 +234,24 @@ def test_summary_run_line_names_the_adaptation_instead_of_zero_warmup():
     assert re.search(r", adaptation \+ 30 steps, 30 grads/chain \+ 2\d adapting$", tuned)
     both = run_line(adaptation=samplers.WindowAdaptation(num_steps=20))
     assert re.search(r", adaptation \+ 10 warmup \+ 30 steps, 40 grads/chain \+ 2\d adapting", both)
+
+
+def test_default_thin_keeps_every_draw_that_fits_the_memory_budget(monkeypatch):
+    from samplers.driver import _setup
+
+    every = go()  # 8 chains x 30 draws x 3-d: far below 256 MiB
+    assert every.thin == 1 and every.thin_auto and every.trace.shape == (8, 30, 3)
+    assert "trace: every draw kept (memory budget 256 MiB)" in every.summary(print_it=False)
+    assert set(every.sample_stats) >= {"diverging", "acceptance_rate", "n_steps", "step_size"}
+    # A budget of 10 draws: each is 8 chains x (3 coordinates, 7 statistics, lp) x 4 bytes.
+    row = _setup.trace_row_bytes(_setup.Structure.of(X0, batched=True), None)
+    assert row == (3 + 7 + 1) * 4
+    monkeypatch.setattr(_setup, "TRACE_MEMORY_BUDGET", 8 * row * 10)
+    thinned = go()
+    assert thinned.thin == 3 and thinned.trace.shape == (8, 10, 3)
+    np.testing.assert_array_equal(thinned.trace, every.trace[:, 2::3])
+    assert "trace: every 3rd draw kept (memory budget" in thinned.summary(print_it=False)
+    monkeypatch.setattr(_setup, "TRACE_MEMORY_BUDGET", 8 * row - 1)  # not one draw fits
+    none = go()
+    assert none.thin == 0 and none.trace is None
+    assert "trace: no draws kept (automatic" in none.summary(print_it=False)
