@@ -1,10 +1,12 @@
 """`samplers.SMC`: adaptive tempered Sequential Monte Carlo with resample-move."""
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
@@ -12,9 +14,10 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from .. import random
-from .._errors import SamplerError
+from .._errors import SamplerError, SamplerTypeError
 from ..kernels import Sampler
 from ._particles import Particles, Tempered
+from ._progress import StageProgress
 from ._result import SMCResult
 from ._schedule import ess_fraction, increment, lineage_residuals, log_mean_exp, next_delta
 from ._stage import Evaluate, Move, Resample
@@ -159,6 +162,7 @@ class SMC(eqx.Module):
         mesh: Any = None,
         axis: str = "chains",
         block_size: int | Literal["auto"] | None = None,
+        progress: bool | None = None,
     ) -> SMCResult:
         """Move `particles` from the prior to the posterior; estimate the evidence.
 
@@ -176,6 +180,8 @@ class SMC(eqx.Module):
                 to rounding across device counts); an int or `"auto"` is the bitwise mode
                 of `samplers.run` (`enn.batch_invariant` blocks): the same bits on any
                 device count.
+            progress: show a progress bar over the temperature, with each stage's ESS,
+                acceptance and the running log Z (default: when stderr is a terminal).
 
         Returns:
             A `samplers.SMCResult`.
@@ -188,6 +194,11 @@ class SMC(eqx.Module):
                 particle, or every weight zero at a stage (before that stage runs).
         """
         check_not_traced(particles, key)
+        if progress is not None and not isinstance(progress, bool):
+            raise SamplerTypeError(
+                f"SMC.run: progress must be None, True or False, got {progress!r}.\n  fix: "
+                "progress=False."
+            )
         check_callable("log_prior", log_prior)
         check_callable("log_likelihood", log_likelihood)
         check_key(key)
@@ -198,8 +209,13 @@ class SMC(eqx.Module):
         self.kernel.check_dim(structure.dim, structure.num_particles)
         check_metric(self.kernel, self.metric)
         x = structure.ravel(particles)
+        show = sys.stderr.isatty() if progress is None else progress
+        bar = StageProgress(enabled=show and jax.process_index() == 0)
         runner = _Runner(self, structure, log_prior, log_likelihood, mesh, axis, block_size)
-        return runner.go(x, key)
+        try:
+            return runner.go(x, key, bar)
+        finally:
+            bar.close()
 
 
 class _Runner:
@@ -248,7 +264,7 @@ class _Runner:
         log.correlations.append(correlation)
         return x, lp, ll, accepted / steps
 
-    def go(self, x: Array, key: PRNGKeyArray) -> SMCResult:
+    def go(self, x: Array, key: PRNGKeyArray, bar: StageProgress) -> SMCResult:
         smc, n = self.smc, self.structure.num_particles
         lp, ll = self.evaluate(x, self.tempered(0.0))
         check_initial(np.asarray(lp), np.asarray(ll))
@@ -277,6 +293,8 @@ class _Runner:
                 log.step_size = next_step_size(log.step_size, log.acceptance[-1],
                                                smc.acceptance_target())  # fmt: skip
             beta = new_beta
+            bar.stage(t + 1, beta, ess=log.ess[-1], acceptance=log.acceptance[-1],
+                      log_evidence=float(np.sum(log.increments)))  # fmt: skip
             if beta >= 1.0:
                 break
         return SMCResult(

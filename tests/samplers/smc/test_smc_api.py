@@ -109,7 +109,7 @@ def test_dense_metric_fixed_schedule_and_resampling_schemes():
     assert abs(result.log_evidence - LOG_Z) < 4 * result.log_evidence_se
 
 
-def test_verdict_and_summary():
+def test_verdict_and_summary(capsys):
     # A collapsed stage: the whole way in one step is too far for 10 informative points.
     def sharp(p):
         return 10.0 * log_likelihood(p)
@@ -130,7 +130,10 @@ def test_verdict_and_summary():
     assert "the schedule stalled at temperature" in result.verdict.line
     # A healthy run passes, and its rows name the coordinates.
     good = samplers.SMC(samplers.MALA(step_size=0.5), num_mutation_steps=3)
-    result = good.run(log_prior, log_likelihood, start(), key=jax.random.key(5))
+    capsys.readouterr()
+    result = good.run(log_prior, log_likelihood, start(), key=jax.random.key(5), progress=True)
+    shown = capsys.readouterr().err  # the bar over the temperature, to 100%
+    assert "SMC temperature: 100%" in shown and f"stage={result.num_stages}" in shown
     assert result.verdict.converged, result.verdict
     rows = [line.split()[0] for line in result.summary(print_it=False).splitlines()[4:7]]
     assert rows == ["a[0]", "a[1]", "b"]

@@ -94,6 +94,8 @@ def test_a_bad_key_and_a_kernel_of_the_wrong_dimension():
             SMC.run(log_prior, log_likelihood, PARTICLES, key=0)
         with pytest.raises(samplers.SamplerError, match="HMC.inverse_mass_matrix has shape"):
             wide.run(log_prior, log_likelihood, PARTICLES, key=KEY)
+        with pytest.raises(samplers.SamplerTypeError, match="progress must be") as info:
+            SMC.run(log_prior, log_likelihood, PARTICLES, key=KEY, progress="yes")
         dense = samplers.SMC(samplers.MCLMC(step_size=0.5, L=1.0), metric="dense")
         with pytest.raises(samplers.SamplerError, match="takes a vector") as info:
             dense.run(log_prior, log_likelihood, PARTICLES, key=KEY)
