@@ -144,6 +144,61 @@ class SMCResult(eqx.Module):
         """
         return lineage_mcse(np.asarray(values, np.float64), self.lineages)
 
+    def to_arviz(self) -> Any:
+        """The final particles as ArviZ data: one chain of `num_particles` equally weighted
+        draws (`posterior`, one variable per leaf, named by its path), each particle's
+        `log_likelihood` and `log_prior` (`sample_stats`), and the log evidence, its
+        standard error and the schedule in the attributes. An `az.InferenceData` with
+        ArviZ 0.x, an `xarray.DataTree` with 1.x.
+
+        Draws of one lineage are correlated (`mcse`); ArviZ's ESS, which reads draw order
+        as time, does not apply to them.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, samplers
+            >>> result = samplers.SMC(samplers.RandomWalk(0.5), num_mutation_steps=2).run(
+            ...     lambda p: -0.5 * jnp.sum(p["mu"] ** 2), lambda p: -jnp.sum(p["mu"] ** 2),
+            ...     {"mu": jax.random.normal(jax.random.key(0), (64, 2))},
+            ...     key=jax.random.key(1))
+            >>> data = result.to_arviz()
+            >>> data["posterior"]["mu"].shape
+            (1, 64, 2)
+        """
+        try:
+            import arviz as az
+            import xarray as xr
+        except ImportError:
+            raise ImportError(
+                "SMCResult.to_arviz needs ArviZ, which is not installed.\n  fix: pip install "
+                "arviz (or install this package with its 'dev' extra)."
+            ) from None
+        n = self.num_particles
+        paths, _ = jax.tree_util.tree_flatten_with_path(self.particles)
+        posterior = {}
+        for path, leaf in paths:
+            name = jax.tree_util.keystr(path, simple=True, separator=".") or "x"
+            value = np.asarray(leaf)[None]  # (chain, draw, ...)
+            dims = ("chain", "draw", *(f"{name}_dim_{i}" for i in range(value.ndim - 2)))
+            posterior[name] = (dims, value)
+        coords = {"chain": [0], "draw": np.arange(n)}
+        attrs = {
+            "log_evidence": self.log_evidence,
+            "log_evidence_se": self.log_evidence_se,
+            "temperatures": np.asarray(self.temperatures).tolist(),
+            "inference_library": "samplers.SMC",
+        }
+        stats_ = {
+            "log_likelihood": (("chain", "draw"), np.asarray(self.log_likelihood)[None]),
+            "log_prior": (("chain", "draw"), np.asarray(self.log_prior)[None]),
+        }
+        groups = {
+            "posterior": xr.Dataset(posterior, coords=coords, attrs=attrs),
+            "sample_stats": xr.Dataset(stats_, coords=coords, attrs=attrs),
+        }
+        if int(az.__version__.split(".")[0]) < 1:
+            return az.InferenceData(**groups)
+        return xr.DataTree.from_dict(groups)
+
     def distinct_fraction(self) -> float:
         """The fraction of final particles that are distinct (duplicates are left by
         resampling where the moves were rejected)."""

@@ -47,6 +47,12 @@ def test_pytree_particles_on_auto_and_explicit_meshes(mesh):
     assert abs(result.log_evidence - LOG_Z) < 4 * result.log_evidence_se
     assert abs(float(result.particles["b"].mean()) - MEAN_B) < 0.3
     np.testing.assert_allclose(np.exp(np.asarray(result.log_weights)), 1.0 / N, rtol=1e-5)
+    # For ArviZ: one chain of N draws per leaf, the evidence in the attributes.
+    data = result.to_arviz()
+    assert data["posterior"]["a"].shape == (1, N, 2) and data["posterior"]["b"].shape == (1, N)
+    assert data["posterior"].attrs["log_evidence"] == result.log_evidence
+    np.testing.assert_array_equal(data["sample_stats"]["log_likelihood"][0],
+                                  result.log_likelihood)  # fmt: skip
     # What the particles' log densities are.
     np.testing.assert_allclose(result.log_likelihood, jax.vmap(log_likelihood)(result.particles),
                                rtol=1e-5)  # fmt: skip
