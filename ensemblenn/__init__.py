@@ -44,8 +44,16 @@ from ._random import chain_keys
 from ._roles import BROADCAST, PER_CHAIN, Role, broadcast, per_chain, role_of
 from ._weak_type import weakly_typed
 
+# --- deep ensembles: members trained by their own optimizers (uses the names above) ---
+from ._deep_ensemble import DeepEnsemble, fit, init_ensemble, predict, train_step
+
 __all__ = [
     "BROADCAST",
+    "DeepEnsemble",
+    "fit",
+    "init_ensemble",
+    "predict",
+    "train_step",
     "PER_CHAIN",
     "ChainCountError",
     "ClosureError",

@@ -409,7 +409,8 @@ def test_public_names_found():
         "samplers.LAPS",
         "samplers.diagnostics.nested_rhat",
         "samplers.targets.Banana",
-        "samplers.ensembles.fit",
+        "ensemblenn.fit",
+        "samplers.ensembles.sample_posterior",
         "samplers.checkpoint.inspect",
     } <= set(PUBLIC)
 

@@ -11,12 +11,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray, PyTree
 
 import ensemblenn as enn
-from ensemblenn import PER_CHAIN
+from ensemblenn import PER_CHAIN, DeepEnsemble
 
 from ..driver import Result, run
 from ..kernels import Sampler
 from ._params import _num_data, _params
-from ._training import DeepEnsemble
 
 
 class MinibatchPosterior(eqx.Module):

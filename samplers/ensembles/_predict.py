@@ -9,29 +9,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 import ensemblenn as enn
-from ensemblenn import BROADCAST, PER_CHAIN
+from ensemblenn import DeepEnsemble
 
 from ._posterior import PosteriorDraws
-from ._training import DeepEnsemble
 
 ApplyFn = Callable[[PyTree, Array], Array]
 """`apply(model, x) -> predictions` for a batch of inputs `x`."""
-
-
-def _apply_per_example(model: PyTree, x: Array) -> Array:
-    # equinox layers act on one example; a batch is a vmap.
-    return jax.vmap(model)(x)
-
-
-def _predict_member(model: PyTree, x: Array, apply: ApplyFn, has_draws: bool) -> Any:
-    if has_draws:
-        # Average this chain's draws first: every chain has as many, so the chain mean of
-        # chain means is the mean over all draws.
-        per_draw = eqx.filter_vmap(lambda m: apply(m, x))(model)
-        mean = jax.tree.map(lambda p: jnp.mean(p, axis=0), per_draw)
-    else:
-        mean = apply(model, x)
-    return enn.chain_mean(mean)
 
 
 def predict(
@@ -42,38 +25,39 @@ def predict(
     mesh: Any = None,
     axis: str = "chains",
 ) -> PyTree:
-    """The ensemble-mean prediction at inputs `x` (a posterior predictive mean).
+    """The ensemble-mean prediction at inputs `x` (a posterior predictive mean): draws of
+    an SG-MCMC posterior averaged over chains and draws, or `enn.predict` for a deep
+    ensemble.
 
     Args:
-        models: a `DeepEnsemble`, `PosteriorDraws` (averaged over chains and draws), or a
-            model whose arrays carry a leading member axis.
+        models: `PosteriorDraws`, a `enn.DeepEnsemble`, or a model whose arrays carry a
+            leading member axis.
         x: a batch of inputs, broadcast to every member.
         apply: `apply(model, x) -> predictions` for one model; default
             `jax.vmap(model)(x)` (equinox layers act on one example).
         mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
-        axis: the mesh axis the members are sharded over.
+        axis: the mesh axis the chains are sharded over.
 
     Returns:
-        The mean over members (and draws) of `apply(model, x)`, replicated.
+        The mean over chains (and draws) of `apply(model, x)`, replicated.
 
     Example:
-        >>> import jax, jax.numpy as jnp, equinox as eqx, optax
+        >>> import jax, jax.numpy as jnp, equinox as eqx, optax, ensemblenn as enn
         >>> from samplers import ensembles
-        >>> ens = ensembles.init_ensemble(lambda k: eqx.nn.Linear(1, 1, key=k),
-        ...                               optax.sgd(0.1), jax.random.key(0), 4)
+        >>> ens = enn.init_ensemble(lambda k: eqx.nn.Linear(1, 1, key=k),
+        ...                         optax.sgd(0.1), jax.random.key(0), 4)
         >>> x = jnp.ones((3, 1))
-        >>> manual = (ens.model.weight[:, 0, 0] + ens.model.bias[:, 0]).mean()
-        >>> bool(jnp.allclose(ensembles.predict(ens, x), manual))
+        >>> bool(jnp.allclose(ensembles.predict(ens, x), enn.predict(ens, x)))
         True
     """
-    has_draws = isinstance(models, PosteriorDraws)
-    if isinstance(models, (DeepEnsemble, PosteriorDraws)):
-        models = models.model
-    mapped = enn.ensemble_map(
-        _predict_member,
-        in_roles=(PER_CHAIN, BROADCAST, None, None),
-        out_roles=BROADCAST,
-        mesh=mesh,
-        axis=axis,
-    )
-    return mapped(models, x, apply or _apply_per_example, has_draws)
+    if not isinstance(models, PosteriorDraws):
+        return enn.predict(models, x, apply=apply, mesh=mesh, axis=axis)
+    one = apply or (lambda model, x: jax.vmap(model)(x))
+
+    def per_chain(draws: PyTree, x: Array) -> PyTree:
+        # This chain's draws averaged first: every chain has as many, so the mean over
+        # chains of these means is the mean over all draws.
+        per_draw = eqx.filter_vmap(lambda m: one(m, x))(draws)
+        return jax.tree.map(lambda p: jnp.mean(p, axis=0), per_draw)
+
+    return enn.predict(models.model, x, apply=per_chain, mesh=mesh, axis=axis)

@@ -78,11 +78,9 @@ def trained():
     out = {}
     for kind in (AxisType.Explicit, AxisType.Auto):
         mesh = jax.make_mesh((4,), ("chains",), axis_types=(kind,))
-        start = ensembles.init_ensemble(
-            make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS, mesh=mesh
-        )
+        start = enn.init_ensemble(make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS, mesh=mesh)
         before = snapshot(start)
-        end, history = ensembles.fit(
+        end, history = enn.fit(
             start,
             (X, Y),
             OPTIMIZER,
@@ -164,11 +162,9 @@ def test_training_gives_the_same_bits_on_1_2_and_4_devices(optimizer):
     results = []
     for n in (1, 2, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
-        start = ensembles.init_ensemble(
-            make_model, optimizer, jax.random.key(0), NUM_MEMBERS, mesh=mesh
-        )
+        start = enn.init_ensemble(make_model, optimizer, jax.random.key(0), NUM_MEMBERS, mesh=mesh)
         results.append(
-            ensembles.fit(
+            enn.fit(
                 start,
                 (X, Y),
                 optimizer,
@@ -220,13 +216,13 @@ def test_per_member_learning_rates(explicit_mesh):
     given = dict(hyperparams)
     key = jax.random.key(3)
 
-    start = ensembles.init_ensemble(
+    start = enn.init_ensemble(
         make_model, optimizer, key, NUM_MEMBERS, hyperparams=hyperparams, mesh=mesh
     )
     np.testing.assert_array_equal(start.opt_state.hyperparams["learning_rate"], rates)
-    end, _ = ensembles.fit(start, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
+    end, _ = enn.fit(start, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
     # The reference: every member at 1e-2 (same structure, so the same compiled programs).
-    same = ensembles.init_ensemble(
+    same = enn.init_ensemble(
         make_model,
         optimizer,
         key,
@@ -234,7 +230,7 @@ def test_per_member_learning_rates(explicit_mesh):
         mesh=mesh,
         hyperparams={"learning_rate": enn.PerChainValue(jnp.full(NUM_MEMBERS, 1e-2))},
     )
-    same_end, _ = ensembles.fit(same, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
+    same_end, _ = enn.fit(same, (X, Y), optimizer, mse_loss, num_steps=10, mesh=mesh)
 
     moved = flat_params(end.model) - flat_params(start.model)
     reference = flat_params(same_end.model)
@@ -257,18 +253,18 @@ def test_per_member_learning_rates(explicit_mesh):
 def test_hyperparameters_that_cannot_be_set_are_refused():
     plain = optax.adam(1e-2)
     with pytest.raises(enn.EnsembleError, match="learning_rate"):
-        ensembles.init_ensemble(
+        enn.init_ensemble(
             make_model, plain, jax.random.key(0), 4, hyperparams={"learning_rate": 0.1}
         )
     scheduled = optax.inject_hyperparams(optax.sgd)(
         learning_rate=optax.linear_schedule(0.1, 0.0, 10)
     )
     with pytest.raises(enn.EnsembleError, match="numeric hyperparameter"):
-        ensembles.init_ensemble(
+        enn.init_ensemble(
             make_model, scheduled, jax.random.key(0), 4, hyperparams={"learning_rate": 0.1}
         )
     with pytest.raises(enn.ChainCountError):
-        ensembles.init_ensemble(
+        enn.init_ensemble(
             make_model,
             optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
             jax.random.key(0),
@@ -369,7 +365,7 @@ def test_sg_mcmc_posterior_predictive_beats_the_prior():
         num_data=NUM_DATA,
     )
     # SGHMC from (untrained) deep-ensemble members.
-    members = ensembles.init_ensemble(make_model, OPTIMIZER, jax.random.key(2), NUM_MEMBERS)
+    members = enn.init_ensemble(make_model, OPTIMIZER, jax.random.key(2), NUM_MEMBERS)
     members_saved = snapshot(members)
     sghmc = samplers.SGHMC(
         step_size=optax.polynomial_schedule(3e-5, 3e-6, 0.55, total),
@@ -423,11 +419,11 @@ def test_user_objects_are_not_modified(explicit_mesh):
     draws = ensembles.PosteriorDraws.from_positions(posterior, jnp.stack([theta] * 4))
     ensembles.predict(draws, X_TEST)
     # The same program as the `trained` fixture (compiled once), on copies of the data.
-    ensemble = ensembles.init_ensemble(
+    ensemble = enn.init_ensemble(
         make_model, OPTIMIZER, jax.random.key(0), NUM_MEMBERS, mesh=explicit_mesh
     )
     ensemble_saved = snapshot(ensemble)
-    ensembles.fit(
+    enn.fit(
         ensemble,
         (x, y),
         OPTIMIZER,

@@ -1,4 +1,8 @@
-"""Deep ensembles: every member trained by its own optimizer (no MCMC)."""
+"""Deep ensembles: every member trained by its own optimizer, and their mean prediction.
+
+Framework code, not MCMC: an ensemble of equinox models with optax states, built, trained
+and evaluated with `ensemble_map` (the SG-MCMC posteriors of networks live in
+`samplers.ensembles`)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -10,13 +14,34 @@ import numpy as np
 import optax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, PyTree
 
-import ensemblenn as enn
-from ensemblenn import BROADCAST, PER_CHAIN
-
-from .. import random
-from ._params import _num_data, _params
+from ._batch_invariant import batch_invariant
+from ._collectives import chain_mean
+from ._ensemble_map import ensemble_map
+from ._errors import EnsembleError
+from ._exact_division import exact_divisions
+from ._per_chain_value import PerChainValue
+from ._random import chain_keys
+from ._roles import BROADCAST, PER_CHAIN, per_chain
 
 LossFn = Callable[[PyTree, PyTree], Float[Array, ""]]
+"""`loss_fn(model, batch) -> scalar` for one model."""
+
+
+def _params(model: PyTree) -> PyTree:
+    """The trainable part of a model: its floating-point arrays."""
+    return eqx.filter(model, eqx.is_inexact_array)
+
+
+def _num_examples(data: PyTree) -> int:
+    """The shared leading (example) axis of the training data."""
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(data)}
+    if len(sizes) != 1 or None in sizes:
+        raise EnsembleError(
+            "data must be a pytree of arrays sharing a leading (example) axis, got leading "
+            f"sizes {sorted(map(str, sizes))}.\n  fix: stack the examples along axis 0 of "
+            "every leaf, e.g. (x of shape (n, ...), y of shape (n, ...))."
+        )
+    return int(next(iter(sizes)))
 
 
 class DeepEnsemble(eqx.Module):
@@ -33,17 +58,16 @@ class DeepEnsemble(eqx.Module):
 
     Example:
         >>> import jax, equinox as eqx, optax, ensemblenn as enn
-        >>> from samplers import ensembles
-        >>> ens = ensembles.init_ensemble(lambda k: eqx.nn.Linear(2, 1, key=k),
-        ...                               optax.sgd(0.1), jax.random.key(0), 4)
-        >>> isinstance(ens, ensembles.DeepEnsemble), ens.num_members, ens.model.weight.shape
+        >>> ens = enn.init_ensemble(lambda k: eqx.nn.Linear(2, 1, key=k),
+        ...                         optax.sgd(0.1), jax.random.key(0), 4)
+        >>> isinstance(ens, enn.DeepEnsemble), ens.num_members, ens.model.weight.shape
         (True, 4, (4, 1, 2))
         >>> enn.role_of(ens, "model"), enn.role_of(ens, "opt_state")
         (enn.PER_CHAIN, enn.PER_CHAIN)
     """
 
-    model: PyTree = enn.per_chain()
-    opt_state: optax.OptState = enn.per_chain()
+    model: PyTree = per_chain()
+    opt_state: optax.OptState = per_chain()
 
     @property
     def num_members(self) -> int:
@@ -69,7 +93,7 @@ def _set_hyperparams(opt_state: optax.OptState, values: dict[str, Any]) -> optax
     for name in values:
         if not any(name in s.hyperparams and name not in s.hyperparams_states for s in holders):
             found = sorted({k for s in holders for k in s.hyperparams})
-            raise enn.EnsembleError(
+            raise EnsembleError(
                 f"hyperparams[{name!r}]: the optimizer state has no numeric hyperparameter "
                 f"{name!r} (its injectable hyperparameters: {found or 'none'}).\n  fix: build "
                 f"the optimizer with optax.inject_hyperparams, giving {name!r} a number, e.g. "
@@ -97,9 +121,7 @@ def _init_member(
     model = make_model(key)
     opt_state = optimizer.init(_params(model))
     if hyperparams:
-        values = {
-            k: v.value if isinstance(v, enn.PerChainValue) else v for k, v in hyperparams.items()
-        }
+        values = {k: v.value if isinstance(v, PerChainValue) else v for k, v in hyperparams.items()}
         opt_state = _set_hyperparams(opt_state, values)
     return DeepEnsemble(model, opt_state)
 
@@ -110,7 +132,7 @@ def init_ensemble(
     key: PRNGKeyArray,
     num_members: int,
     *,
-    hyperparams: dict[str, float | ArrayLike | enn.PerChainValue] | None = None,
+    hyperparams: dict[str, float | ArrayLike | PerChainValue] | None = None,
     mesh: Any = None,
     axis: str = "chains",
 ) -> DeepEnsemble:
@@ -142,10 +164,9 @@ def init_ensemble(
 
     Example:
         >>> import jax, jax.numpy as jnp, equinox as eqx, optax, ensemblenn as enn
-        >>> from samplers import ensembles
         >>> make = lambda key: eqx.nn.MLP(1, 1, 8, 1, key=key)
         >>> opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
-        >>> ens = ensembles.init_ensemble(make, opt, jax.random.key(0), 4,
+        >>> ens = enn.init_ensemble(make, opt, jax.random.key(0), 4,
         ...     hyperparams={"learning_rate": enn.PerChainValue(jnp.array([0., .1, .2, .3]))})
         >>> ens.num_members, ens.model.layers[0].weight.shape
         (4, (4, 8, 1))
@@ -153,11 +174,9 @@ def init_ensemble(
         [0.0, 0.1, 0.2, 0.3]
     """
     if isinstance(num_members, bool) or not isinstance(num_members, (int, np.integer)):
-        raise enn.EnsembleError(f"num_members must be an int, got {num_members!r}.")
-    keys = enn.chain_keys(key, int(num_members))
-    init = enn.ensemble_map(
-        _init_member, in_roles=(None, None, PER_CHAIN, None), mesh=mesh, axis=axis
-    )
+        raise EnsembleError(f"num_members must be an int, got {num_members!r}.")
+    keys = chain_keys(key, int(num_members))
+    init = ensemble_map(_init_member, in_roles=(None, None, PER_CHAIN, None), mesh=mesh, axis=axis)
     return init(make_model, optimizer, keys, dict(hyperparams or {}))
 
 
@@ -167,7 +186,7 @@ def train_step(
     optimizer: optax.GradientTransformation,
     loss_fn: LossFn,
 ) -> tuple[DeepEnsemble, Float[Array, ""]]:
-    """One optimizer step of ONE member; run it over the ensemble with `enn.ensemble_map`.
+    """One optimizer step of ONE member; run it over the ensemble with `ensemble_map`.
 
     Only the model's floating-point arrays are differentiated and updated; everything
     else (activation functions, integer buffers) passes through unchanged. The
@@ -186,12 +205,11 @@ def train_step(
 
     Example:
         >>> import jax, jax.numpy as jnp, equinox as eqx, optax, ensemblenn as enn
-        >>> from samplers import ensembles
         >>> opt = optax.sgd(0.1)
-        >>> ens = ensembles.init_ensemble(lambda k: eqx.nn.Linear(2, 1, key=k), opt,
-        ...                               jax.random.key(0), 8)
+        >>> ens = enn.init_ensemble(lambda k: eqx.nn.Linear(2, 1, key=k), opt,
+        ...                         jax.random.key(0), 8)
         >>> loss = lambda m, b: jnp.mean((jax.vmap(m)(b[0]) - b[1]) ** 2)
-        >>> step = enn.ensemble_map(ensembles.train_step)
+        >>> step = enn.ensemble_map(enn.train_step)
         >>> ens, losses = step(ens, (jnp.ones((5, 2)), jnp.zeros((5, 1))), opt, loss)
         >>> losses.shape
         (8,)
@@ -199,7 +217,7 @@ def train_step(
     params, rest = eqx.partition(member.model, eqx.is_inexact_array)
     loss, grads = jax.value_and_grad(lambda p: loss_fn(eqx.combine(p, rest), batch))(params)
     # Divisions kept as written (Adam's bias corrections): the same bits on any device count.
-    updates, opt_state = enn.exact_divisions(optimizer.update)(grads, member.opt_state, params)
+    updates, opt_state = exact_divisions(optimizer.update)(grads, member.opt_state, params)
     return DeepEnsemble(eqx.apply_updates(member.model, updates), opt_state), loss
 
 
@@ -222,11 +240,12 @@ def _fit_member(
         if batch_size is not None:
             # Each member draws its own batches (from its own key): a different data order
             # per member is part of what makes the members differ.
-            idx = jax.random.choice(random.fold_in(key, t), num_data, (batch_size,), replace=False)
+            member_key = jax.random.fold_in(key, t)
+            idx = jax.random.choice(member_key, num_data, (batch_size,), replace=False)
             batch = jax.tree.map(lambda a: a[idx], data)
         # In blocks of members (the ensemble_map's block_size): the same bits on any
         # number of devices.
-        member, loss = enn.batch_invariant(train_step)(member, batch, optimizer, loss_fn)
+        member, loss = batch_invariant(train_step)(member, batch, optimizer, loss_fn)
         return eqx.filter(member, eqx.is_array), loss
 
     arrays, losses = jax.lax.scan(one, arrays, jnp.arange(num_steps))
@@ -271,36 +290,35 @@ def fit(
         step, shape `(num_members, num_steps)`.
 
     Example:
-        >>> import jax, jax.numpy as jnp, equinox as eqx, optax
-        >>> from samplers import ensembles
+        >>> import jax, jax.numpy as jnp, equinox as eqx, optax, ensemblenn as enn
         >>> x = jnp.linspace(-1, 1, 16)[:, None]
         >>> opt = optax.adam(1e-2)
-        >>> ens = ensembles.init_ensemble(lambda k: eqx.nn.MLP(1, 1, 4, 1, key=k), opt,
-        ...                               jax.random.key(0), 4)
+        >>> ens = enn.init_ensemble(lambda k: eqx.nn.MLP(1, 1, 4, 1, key=k), opt,
+        ...                         jax.random.key(0), 4)
         >>> loss = lambda m, b: jnp.mean((jax.vmap(m)(b[0]) - b[1]) ** 2)
-        >>> ens, losses = ensembles.fit(ens, (x, 2 * x), opt, loss, num_steps=20,
-        ...                             batch_size=8, key=jax.random.key(1))
+        >>> ens, losses = enn.fit(ens, (x, 2 * x), opt, loss, num_steps=20,
+        ...                       batch_size=8, key=jax.random.key(1))
         >>> losses.shape
         (4, 20)
     """
     if not isinstance(ensemble, DeepEnsemble):
-        raise enn.EnsembleError(
+        raise EnsembleError(
             f"fit expects a DeepEnsemble (from init_ensemble), got {type(ensemble).__name__}."
         )
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise enn.EnsembleError(f"num_steps must be an int >= 1, got {num_steps!r}.")
-    num_data = _num_data(data)
+        raise EnsembleError(f"num_steps must be an int >= 1, got {num_steps!r}.")
+    num_data = _num_examples(data)
     keys = None
     if batch_size is not None:
         if not 1 <= batch_size <= num_data:
-            raise enn.EnsembleError(
+            raise EnsembleError(
                 f"batch_size must be in [1, {num_data}] (the number of examples), got "
                 f"{batch_size!r}."
             )
         if key is None:
-            raise enn.EnsembleError("fit: minibatches (batch_size=...) need a key=.")
-        keys = enn.chain_keys(key, ensemble.num_members)
-    step = enn.ensemble_map(
+            raise EnsembleError("fit: minibatches (batch_size=...) need a key=.")
+        keys = chain_keys(key, ensemble.num_members)
+    step = ensemble_map(
         _fit_member,
         in_roles=(None, BROADCAST, PER_CHAIN, None, None, None, None, None),
         mesh=mesh,
@@ -308,3 +326,58 @@ def fit(
         block_size=block_size,
     )
     return step(ensemble, data, keys, optimizer, loss_fn, int(num_steps), batch_size, num_data)
+
+
+ApplyFn = Callable[[PyTree, Array], Array]
+"""`apply(model, x) -> predictions` for a batch of inputs `x`."""
+
+
+def _apply_per_example(model: PyTree, x: Array) -> Array:
+    # equinox layers act on one example; a batch is a vmap.
+    return jax.vmap(model)(x)
+
+
+def _predict_member(model: PyTree, x: Array, apply: ApplyFn) -> Any:
+    return chain_mean(apply(model, x))
+
+
+def predict(
+    models: "DeepEnsemble | PyTree",
+    x: Float[ArrayLike, "batch ..."],
+    *,
+    apply: ApplyFn | None = None,
+    mesh: Any = None,
+    axis: str = "chains",
+) -> PyTree:
+    """The ensemble-mean prediction at inputs `x`.
+
+    Args:
+        models: a `DeepEnsemble`, or a model whose arrays carry a leading member axis.
+        x: a batch of inputs, broadcast to every member.
+        apply: `apply(model, x) -> predictions` for one model; default
+            `jax.vmap(model)(x)` (equinox layers act on one example).
+        mesh: the mesh (default: `jax.set_mesh`'s, else all devices).
+        axis: the mesh axis the members are sharded over.
+
+    Returns:
+        The mean over members of `apply(model, x)`, replicated.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, equinox as eqx, optax, ensemblenn as enn
+        >>> ens = enn.init_ensemble(lambda k: eqx.nn.Linear(1, 1, key=k),
+        ...                         optax.sgd(0.1), jax.random.key(0), 4)
+        >>> x = jnp.ones((3, 1))
+        >>> manual = (ens.model.weight[:, 0, 0] + ens.model.bias[:, 0]).mean()
+        >>> bool(jnp.allclose(enn.predict(ens, x), manual))
+        True
+    """
+    if isinstance(models, DeepEnsemble):
+        models = models.model
+    mapped = ensemble_map(
+        _predict_member,
+        in_roles=(PER_CHAIN, BROADCAST, None),
+        out_roles=BROADCAST,
+        mesh=mesh,
+        axis=axis,
+    )
+    return mapped(models, x, apply or _apply_per_example)
