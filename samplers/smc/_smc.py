@@ -38,6 +38,7 @@ from ._validate import (
     check_key,
     check_not_traced,
     check_particles,
+    split_target,
 )
 
 
@@ -154,8 +155,8 @@ class SMC(eqx.Module):
 
     def run(
         self,
-        log_prior: Callable[[PyTree], Float[Array, ""]],
-        log_likelihood: Callable[[PyTree], Float[Array, ""]],
+        log_prior: Callable[[PyTree], Float[Array, ""]] | Any,
+        log_likelihood: Callable[[PyTree], Float[Array, ""]] | None,
         particles: PyTree,
         *,
         key: PRNGKeyArray,
@@ -170,7 +171,9 @@ class SMC(eqx.Module):
             log_prior: the log prior density of ONE particle's pytree (normalised, for
                 log Z to be the log marginal likelihood).
             log_likelihood: the log likelihood of one particle's pytree (`-inf` where it
-                is zero; NaN or `+inf` is an error).
+                is zero; NaN or `+inf` is an error). None: `log_prior` is a target with
+                `log_prior` and `log_likelihood` methods, such as
+                `samplers.targets.from_numpyro(model, ...)`'s.
             particles: draws from the prior: any pytree of floating arrays with a leading
                 particle axis (`N` particles, a multiple of the device count).
             key: the run's PRNG key.
@@ -199,6 +202,8 @@ class SMC(eqx.Module):
                 f"SMC.run: progress must be None, True or False, got {progress!r}.\n  fix: "
                 "progress=False."
             )
+        if log_likelihood is None:  # a target that splits its own density
+            log_prior, log_likelihood = split_target(log_prior)
         check_callable("log_prior", log_prior)
         check_callable("log_likelihood", log_likelihood)
         check_key(key)

@@ -53,10 +53,10 @@ class Move(eqx.Module):
     """`num_steps` kernel steps of one particle at the tempered target, then its log
     prior and log likelihood, and the sum of its acceptance rates.
 
-    A program of its own, apart from `Resample`: the metric then enters it as an operand
-    (as a user's metric enters `samplers.run`), so XLA compiles the kernel's steps the
-    same way on every device count (computed in the same program, the metric's
-    loop-invariant uses were rounded differently on one device than on two).
+    A program of its own, apart from `Resample`: the metric then enters it as an operand,
+    as a user's metric enters `samplers.run`'s programs. (Computed in the same program
+    from the collectives, it let XLA compile the kernel's arithmetic differently for
+    another device count: MALA's acceptance probabilities differed in the last bit.)
     """
 
     num_steps: int = eqx.field(static=True)

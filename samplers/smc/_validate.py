@@ -103,6 +103,19 @@ def check_schedule(name: str, schedule: Any) -> None:
         )
 
 
+def split_target(target: Any) -> tuple[Any, Any]:
+    """`(target.log_prior, target.log_likelihood)` of a target passed alone."""
+    parts = getattr(target, "log_prior", None), getattr(target, "log_likelihood", None)
+    if not all(callable(p) for p in parts):
+        raise SamplerTypeError(
+            f"SMC.run: with log_likelihood=None, the first argument must be a target with "
+            f"log_prior and log_likelihood methods, got {type(target).__name__}.\n  fix: "
+            "SMC.run(log_prior, log_likelihood, particles, key=...), or a target of "
+            "samplers.targets.from_numpyro(model, ...)."
+        )
+    return parts
+
+
 def check_callable(argument: str, fn: Any) -> None:
     if not callable(fn):
         raise SamplerTypeError(

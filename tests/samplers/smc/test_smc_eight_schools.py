@@ -63,6 +63,12 @@ def test_numpyro_target_splits_its_log_density_into_prior_and_likelihood():
     mean = c["mu"] + c["tau"] * c["theta_tilde"]
     expected = np.sum(-0.5 * ((Y - mean) / SIGMA) ** 2 - np.log(SIGMA * np.sqrt(2 * np.pi)))
     assert np.isclose(float(target.log_likelihood(one)), expected, rtol=1e-5)
+    # SMC takes the target itself (log_likelihood=None), and refuses a plain function so.
+    smc = samplers.SMC(samplers.RandomWalk(0.5), num_mutation_steps=1, schedule=[1.0])
+    result = smc.run(target, None, position, key=jax.random.key(0))
+    assert result.particles["theta_tilde"].shape == (4, 8)
+    with pytest.raises(samplers.SamplerTypeError, match="with log_likelihood=None"):
+        smc.run(lambda p: 0.0, None, position, key=jax.random.key(0))
     # Prior draws: the right shapes, and the prior's moments (mu ~ N(0, 5)).
     draws = target.prior_particles(jax.random.key(4), 4096)
     assert draws["theta_tilde"].shape == (4096, 8) and draws["tau"].shape == (4096,)
