@@ -10,7 +10,7 @@ Example:
     (8, 4)
 """
 
-from . import adaptation, arviz, checkpoint, diagnostics, distributed, ensembles, integrators
+from . import adaptation, arviz, checkpoint, diagnostics, ensembles, integrators
 from . import random, smc, targets
 from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._errors import PrecisionWarning, SamplerError, SamplerTypeError
@@ -135,7 +135,6 @@ __all__ = [
     "arviz",
     "checkpoint",
     "diagnostics",
-    "distributed",
     "ensembles",
     "integrators",
     "random",

@@ -31,10 +31,10 @@ def convergence_plot(result: Any, path: str | os.PathLike, title: str = "") -> s
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed, so no convergence plot (pip install matplotlib)"
-    from . import distributed
+    import ensemblenn as enn
 
     d = result.diagnostics
-    host = distributed.gather(
+    host = enn.distributed.gather(
         {"bias": result.bias_history, "rhat": d.rhat, "nested": d.nested_rhat}
     )
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))

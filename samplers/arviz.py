@@ -228,9 +228,8 @@ def to_arviz(result: Any, *, var_name: str = "x", superchain_size: int | None = 
             "(every k-th draw), then call result.to_arviz()."
         )
     az = _import_arviz()
-    from . import distributed
 
-    host = distributed.gather(
+    host = enn.distributed.gather(
         {
             "trace": result.trace,
             "stats": getattr(result, "sample_stats", None),

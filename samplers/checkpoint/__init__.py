@@ -22,7 +22,7 @@ A run holds the folder's lock (`checkpoint.lock`: PID and host) from its start t
 so a second run on the same folder fails at once with a `CheckpointError` that names the
 holder; a lock left by a process that died is taken over with a warning.
 
-With several processes (`samplers.distributed`), every process takes part in gathering the
+With several processes (`enn.distributed`), every process takes part in gathering the
 sharded arrays, process 0 alone reads and writes the file, and what it reads is broadcast
 to the others, so the folder need not be shared between hosts.
 

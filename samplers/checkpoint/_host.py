@@ -11,8 +11,6 @@ import numpy as np
 
 import ensemblenn as enn
 
-from .. import distributed
-
 
 def is_arrayish(x: Any) -> bool:
     return isinstance(x, jax.Array | np.ndarray | jax.ShapeDtypeStruct)
@@ -28,7 +26,7 @@ def to_host(tree: Any) -> Any:
     every process must call it."""
     tree = jax.tree.map(lambda x: x if is_arrayish(x) else None, tree)
     tree = jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
-    return distributed.gather(tree)
+    return enn.distributed.gather(tree)
 
 
 def host_like(template: Any) -> Any:

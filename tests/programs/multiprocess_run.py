@@ -16,7 +16,7 @@ num_processes, process_id, port, local_devices = map(int, sys.argv[1:5])
 out_dir, mesh_kind = sys.argv[5], sys.argv[6]
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-import samplers.distributed as dist  # noqa: E402  (imports jax, starts no backend)
+import ensemblenn.distributed as dist  # noqa: E402  (imports jax, starts no backend)
 
 if num_processes > 1:
     dist.initialize(num_processes, process_id, port, local_device_count=local_devices, timeout=90)

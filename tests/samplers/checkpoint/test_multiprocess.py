@@ -11,8 +11,8 @@ import pytest
 from jax.sharding import AxisType
 
 import ensemblenn as enn
+import ensemblenn.distributed as dist
 import samplers
-import samplers.distributed as dist
 
 PROGRAM = Path(__file__).parents[2] / "programs" / "multiprocess_run.py"
 
@@ -87,7 +87,7 @@ def test_two_processes_match_one(tmp_path):
 
 
 def test_single_process_helpers():
-    keys = dist.chain_keys(jax.random.key(0), 8)
+    keys = enn.chain_keys(jax.random.key(0), 8)
     np.testing.assert_array_equal(
         jax.random.key_data(keys), jax.random.key_data(enn.chain_keys(jax.random.key(0), 8))
     )
