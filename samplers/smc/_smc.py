@@ -1,6 +1,7 @@
 """`samplers.SMC`: adaptive tempered Sequential Monte Carlo with resample-move."""
 
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, Literal
@@ -16,6 +17,7 @@ import ensemblenn as enn
 from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ..kernels import Sampler
+from ._checkpoint import StageStore, fingerprint
 from ._particles import Particles, Tempered
 from ._progress import StageProgress
 from ._result import SMCResult
@@ -164,6 +166,8 @@ class SMC(eqx.Module):
         axis: str = "chains",
         block_size: int | Literal["auto"] | None = None,
         progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume: bool = False,
     ) -> SMCResult:
         """Move `particles` from the prior to the posterior; estimate the evidence.
 
@@ -185,6 +189,14 @@ class SMC(eqx.Module):
                 device count.
             progress: show a progress bar over the temperature, with each stage's ESS,
                 acceptance and the running log Z (default: when stderr is a terminal).
+            checkpoint_dir: a folder to save the run in after every stage
+                (`DIR/smc.npz`, written atomically), so that it can be resumed; None
+                saves nothing. One process only.
+            resume: continue from the checkpoint in `checkpoint_dir` if there is one
+                (else start afresh): the result is bitwise the uninterrupted run's on the
+                same device count. A checkpoint of another configuration raises
+                `samplers.CheckpointMismatchError`; with resume=False an existing one
+                raises `samplers.CheckpointError`.
 
         Returns:
             A `samplers.SMCResult`.
@@ -207,6 +219,9 @@ class SMC(eqx.Module):
         check_callable("log_prior", log_prior)
         check_callable("log_likelihood", log_likelihood)
         check_key(key)
+        if not isinstance(resume, bool):
+            raise SamplerTypeError(f"SMC.run: resume must be True or False, got {resume!r}.")
+        store = None if checkpoint_dir is None else StageStore(checkpoint_dir, resume=resume)
         structure = Particles.of(particles)
         check_particles(structure)
         check_density("log_prior", log_prior, structure)
@@ -214,11 +229,14 @@ class SMC(eqx.Module):
         self.kernel.check_dim(structure.dim, structure.num_particles)
         check_metric(self.kernel, self.metric)
         x = structure.ravel(particles)
+        if store is not None:
+            functions = (log_prior, log_likelihood)
+            store.fingerprint = fingerprint(self, structure, functions, np.asarray(x), key)
         show = sys.stderr.isatty() if progress is None else progress
         bar = StageProgress(enabled=show and jax.process_index() == 0)
         runner = _Runner(self, structure, log_prior, log_likelihood, mesh, axis, block_size)
         try:
-            return runner.go(x, key, bar)
+            return runner.go(x, key, bar, store)
         finally:
             bar.close()
 
@@ -269,15 +287,35 @@ class _Runner:
         log.correlations.append(correlation)
         return x, lp, ll, accepted / steps
 
-    def go(self, x: Array, key: PRNGKeyArray, bar: StageProgress) -> SMCResult:
+    def start(self, x: Array, saved: dict | None) -> tuple:
+        """`(x, log prior, log likelihood, log, first stage, temperature, ancestors)`: the
+        initial population's, or a checkpoint's."""
+        smc = self.smc
+        if saved is None:
+            lp, ll = self.evaluate(x, self.tempered(0.0))
+            check_initial(np.asarray(lp), np.asarray(ll))
+            return x, lp, ll, _Log(len(x), initial_step_size(smc.kernel)), 0, 0.0, None
+        arrays = (jnp.asarray(saved[k]) for k in ("x", "lp", "ll", "ancestor"))
+        x, lp, ll, ancestor = arrays
+        log = _Log.restore(saved)
+        return x, lp, ll, log, int(saved["stage"]) + 1, float(saved["beta"]), ancestor
+
+    def go(
+        self, x: Array, key: PRNGKeyArray, bar: StageProgress, store: StageStore | None
+    ) -> SMCResult:
         smc, n = self.smc, self.structure.num_particles
-        lp, ll = self.evaluate(x, self.tempered(0.0))
-        check_initial(np.asarray(lp), np.asarray(ll))
+        saved = None if store is None else store.load()
+        x, lp, ll, log, first, beta, ancestor = self.start(x, saved)
         kernel = _arrays(smc.kernel, self.structure.dtype)
-        log = _Log(n, initial_step_size(smc.kernel))
-        ll_host, beta, tuned = np.asarray(ll, np.float64), 0.0, smc.kernel
+        tuned = smc.kernel
+        if saved is not None and "eps" in saved:  # the last stage's tuning
+            metric = jnp.asarray(saved["metric"]) if "metric" in saved else None
+            tuned = with_tuning(kernel, jnp.asarray(saved["eps"]), metric, self.mode)
+        ll_host = np.asarray(ll, np.float64) if saved is None else log.ll_host
         num_stages = len(smc.schedule) if smc.schedule is not None else smc.max_stages
-        for t in range(num_stages):
+        for t in range(first, num_stages):
+            if beta >= 1.0:
+                break
             new_beta = smc.next_temperature(ll_host, beta, t)
             log_w = increment(ll_host, new_beta - beta)
             if not np.any(np.isfinite(log_w)):
@@ -300,8 +338,11 @@ class _Runner:
             beta = new_beta
             bar.stage(t + 1, beta, ess=log.ess[-1], acceptance=log.acceptance[-1],
                       log_evidence=float(np.sum(log.increments)))  # fmt: skip
-            if beta >= 1.0:
-                break
+            if store is not None:
+                state = dict(stage=t, beta=beta, x=x, lp=lp, ll=ll, ancestor=ancestor, eps=eps)
+                if metric is not None:
+                    state["metric"] = metric
+                store.save(state | log.state(ll_host))
         return SMCResult(
             particles=self.structure.unravel(x),
             log_weights=jnp.full((n,), -np.log(n), x.dtype),
@@ -345,6 +386,31 @@ class _Log:
         self.lineage = np.zeros(n)
         self.num_lineages = n
         self.num_nonfinite = 0
+        self.ll_host: np.ndarray | None = None  # restored: the next weights' log likelihoods
+
+    _LISTS = ("temperatures", "increments", "ess", "acceptance", "step_sizes",
+              "mutation_steps", "correlations")  # fmt: skip
+
+    def state(self, ll_host: np.ndarray) -> dict[str, Any]:
+        """Everything to carry on from, as arrays (with the next weights' log
+        likelihoods)."""
+        lists = {f"log_{k}": np.asarray(getattr(self, k)) for k in self._LISTS}
+        return lists | dict(
+            log_eves=self.eves, log_lineage=self.lineage, log_step_size=self.step_size,
+            log_num_lineages=self.num_lineages, log_num_nonfinite=self.num_nonfinite,
+            ll_host=ll_host,
+        )  # fmt: skip
+
+    @classmethod
+    def restore(cls, saved: dict[str, np.ndarray]) -> "_Log":
+        log = cls(len(saved["log_eves"]), float(saved["log_step_size"]))
+        for k in cls._LISTS:
+            setattr(log, k, np.asarray(saved[f"log_{k}"]).tolist())
+        log.eves, log.lineage = saved["log_eves"], saved["log_lineage"]
+        log.num_lineages = int(saved["log_num_lineages"])
+        log.num_nonfinite = int(saved["log_num_nonfinite"])
+        log.ll_host = saved["ll_host"]
+        return log
 
     def reweighted(self, beta: float, log_w: np.ndarray) -> None:
         self.temperatures.append(beta)
