@@ -2,6 +2,7 @@
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -40,8 +41,10 @@ def chunk_loop(
     first_step: int,
     store: "checkpoint.Store | None",
     bar: Progress,
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> Sampled:
-    """Run the chunks from `first_step` to the end, saving when the store says so."""
+    """Run the chunks from `first_step` to the end, saving when the store says so and
+    calling `on_chunk(steps done, total)` after each chunk (and its save)."""
     run_chunk = enn.ensemble_map(
         chunk,
         in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
@@ -66,6 +69,8 @@ def chunk_loop(
             produced.append(call(first_step, 0)[0])
     done, in_flight = first_step, None
     try:
+        if on_chunk is not None and not setup.traced:
+            on_chunk(first_step, setup.total)  # initialised and adapted (or restored)
         for start in range(first_step, setup.total, capacity):
             length = min(capacity, setup.total - start)
             tick = time.perf_counter()
@@ -87,6 +92,10 @@ def chunk_loop(
                 done = start + length
             elif bar.enabled:
                 done = start + length
+            if on_chunk is not None and not setup.traced:
+                jax.block_until_ready(carry)  # the steps it is told of have run
+                done = start + length
+                on_chunk(done, setup.total)
         jax.block_until_ready(carry)
     except KeyboardInterrupt as err:
         # Say how far the run got (the CLI prints it); the checkpoint, if any, holds the

@@ -31,6 +31,7 @@ from ._validate import (
     check_key,
     check_logdensity,
     check_logdensity_given,
+    check_on_chunk,
     check_options,
     check_run_flags,
     check_sampler_dim,
@@ -60,6 +61,7 @@ def run(
     checkpoint_every: int | None = None,
     resume: bool = False,
     block_size: int | Literal["auto"] | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> Result:
     """Run an ensemble of chains, sharded over the mesh, and summarise it on device.
 
@@ -145,6 +147,15 @@ def run(
             its program (a loop whose trip count XLA cannot see makes a GPU wait for the
             host every step), so a run whose last chunk is shorter compiles twice.
 
+        on_chunk: `on_chunk(step, total)`, called on the host once the chains are
+            initialised and adapted (or restored from a checkpoint), then after each chunk
+            has run (and after its checkpoint, if one was due), with the steps done so far
+            (warmup included) and the run's total; not called under an outer `jax.jit`. For
+            logging, a time limit or a test: an exception raised in it ends the run and
+            propagates, a `KeyboardInterrupt` as Ctrl-C does (the checkpoint keeps the
+            last save, `err.step` says how far the run got). Each chunk is waited for
+            before the call.
+
     Returns:
         A `samplers.Result`.
 
@@ -180,6 +191,7 @@ def run(
     check_options(num_chains, chunk_size, superchain_size, reference, block_size,
                   checkpoint_every, track_bias)  # fmt: skip
     check_run_flags(progress, resume, mesh, axis, checkpoint_dir)
+    check_on_chunk(on_chunk)
     check_sampler_dim(sampler, positions)
     setup = make_setup(
         positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
@@ -203,7 +215,8 @@ def run(
         return prepare(setup, sampler, adaptation, logdensity, positions, bar)
 
     try:
-        at = _sample(setup, logdensity, start, store, bar, adapting=adaptation is not None)
+        at = _sample(setup, logdensity, start, store, bar, on_chunk,
+                     adapting=adaptation is not None)  # fmt: skip
     except BaseException:
         if store is not None:  # interrupted or failed: this run will not go on
             store.close()
@@ -225,6 +238,7 @@ def _sample(
     start: Callable[..., tuple],
     store: "checkpoint.Store | None",
     bar: Progress,
+    on_chunk: Callable[[int, int], None] | None,
     *,
     adapting: bool,
 ) -> Sampled:
@@ -239,7 +253,7 @@ def _sample(
                      saved.bias_list())  # fmt: skip
         first_step = saved.step
         bar.start_at(first_step)
-    return chunk_loop(setup, logdensity, at, first_step, store, bar)
+    return chunk_loop(setup, logdensity, at, first_step, store, bar, on_chunk)
 
 
 def _has_observable(logdensity: Any) -> bool:

@@ -164,6 +164,15 @@ def check_logdensity_given(logdensity: Any) -> None:
         )
 
 
+def check_on_chunk(on_chunk: Any) -> None:
+    if on_chunk is not None and not callable(on_chunk):
+        raise SamplerTypeError(
+            f"on_chunk must be a callable on_chunk(step, total) or None, got "
+            f"{type(on_chunk).__name__}.\n  fix: on_chunk=lambda step, total: print(step, "
+            "'of', total)."
+        )
+
+
 def check_inputs(
     sampler: Any,
     adaptation: Any,

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import samplers  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "samplers", "checkpoint"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # `tests.` helpers
 from test_checkpoint import RUN, make_run  # noqa: E402
 
 assert jax.device_count() == num_devices

@@ -19,6 +19,7 @@ import pytest
 import ensemblenn as enn
 import samplers
 from samplers import checkpoint
+from tests.interrupt import Interrupt, after_save
 
 PROGRAM = Path(__file__).parents[2] / "programs" / "checkpoint_run.py"
 RUN = dict(
@@ -65,27 +66,15 @@ def reference():
     return outcome(samplers.run(sampler, target, positions, **kwargs))
 
 
-class Interrupt(Exception):
-    pass
-
-
 def interrupted_run(monkeypatch, folder, *, after_step, sampler=None, **extra):
     """Run with checkpoints and stop right after the save at `after_step` (a preemption)."""
-    save = checkpoint.Checkpointer.save
-
-    def save_then_stop(self, snapshot, total):
-        save(self, snapshot, total)
-        if snapshot.step >= after_step:
-            raise Interrupt
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_stop)
     sampler, target, positions, kwargs = make_run(sampler)
     with pytest.raises(Interrupt) as info:
-        samplers.run(sampler, target, positions, checkpoint_dir=folder, **extra, **kwargs)
+        samplers.run(sampler, target, positions, checkpoint_dir=folder, **extra, **kwargs,
+                     on_chunk=after_save(folder, after_step))  # fmt: skip
     # The run gave the folder's lock back itself, not when its frames are collected: `info`
     # keeps them alive here, as a notebook's last traceback does.
     assert info.traceback and not (Path(folder) / checkpoint.LOCKNAME).exists()
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
 
 
 def test_resume_in_process_is_bitwise(tmp_path, monkeypatch, reference):

@@ -12,6 +12,7 @@ import pytest
 import ensemblenn as enn
 import samplers
 from samplers import checkpoint
+from tests.interrupt import after_save
 
 # Short runs from far off: not converged, by design.
 pytestmark = pytest.mark.filterwarnings("ignore::samplers.ConvergenceWarning")
@@ -165,23 +166,14 @@ def test_an_adaptation_without_support_records_nothing(explicit_mesh):
     assert b2.shape == (5,) and grads.tolist() == np.asarray(result.grads_history).tolist()
 
 
-def test_a_resumed_run_has_the_same_adaptation_bias(tmp_path, monkeypatch):
+def test_a_resumed_run_has_the_same_adaptation_bias(tmp_path):
     class Interrupt(Exception):
         pass
 
     kwargs = dict(num_steps=20, chunk_size=5, checkpoint_dir=tmp_path)
     uninterrupted, _ = run("laps", None, num_steps=20, chunk_size=5)
-    save = checkpoint.Checkpointer.save
-
-    def save_then_stop(self, snapshot, total):
-        save(self, snapshot, total)
-        if snapshot.step >= 10:
-            raise Interrupt
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_stop)
     with pytest.raises(Interrupt):
-        run("laps", None, **kwargs)
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+        run("laps", None, **kwargs, on_chunk=after_save(tmp_path, 10, Interrupt))
     assert checkpoint.inspect(tmp_path)["step"] == 10
     resumed, _ = run("laps", None, resume=True, **kwargs)
     np.testing.assert_array_equal(

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import pytest
 
 import samplers
-from samplers.driver import _progress
 from samplers.driver._progress import Progress
+from tests.interrupt import after_save
 
 TARGET = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
 X0 = jax.random.normal(jax.random.key(0), (8, 3))
@@ -107,23 +107,15 @@ def test_progress_is_silent_under_a_trace(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_resumed_run_starts_its_bar_at_the_saved_step(tmp_path, capsys, monkeypatch):
+def test_a_resumed_run_starts_its_bar_at_the_saved_step(tmp_path, capsys):
     options = dict(key=jax.random.key(2), num_steps=40, chunk_size=10, progress=True,
                    checkpoint_dir=tmp_path, resume=True)  # fmt: skip
-    advance = Progress.advance
-
-    def interrupt_at_30(self, steps, *args):
-        advance(self, steps, *args)
-        if self.bar.n >= 30:
-            raise KeyboardInterrupt  # after the save at step 20, before the one at 30
-
-    monkeypatch.setattr(_progress.Progress, "advance", interrupt_at_30)
-    with pytest.raises(KeyboardInterrupt) as err:
-        samplers.run(samplers.MALA(0.5), TARGET, X0, **options)
+    with pytest.raises(KeyboardInterrupt) as err:  # as Ctrl-C, after the save at step 20
+        samplers.run(samplers.MALA(0.5), TARGET, X0, **options,
+                     on_chunk=after_save(tmp_path, 20, KeyboardInterrupt))  # fmt: skip
     assert err.value.step == 20 and samplers.checkpoint.inspect(tmp_path)["step"] == 20
     assert "interrupted at step 20 of 40" in str(err.value.__notes__)
     capsys.readouterr()
-    monkeypatch.setattr(_progress.Progress, "advance", advance)
     samplers.run(samplers.MALA(0.5), TARGET, X0, **options)
     shown = frames(capsys.readouterr().err)
     assert "20/40" in shown[0] and not any(" 0/40" in f for f in shown)

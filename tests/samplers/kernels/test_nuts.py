@@ -12,7 +12,7 @@ import pytest
 
 import ensemblenn as enn
 import samplers
-from samplers import checkpoint
+from tests.interrupt import after_save
 
 PROGRAM = Path(__file__).parents[2] / "programs" / "nuts_invariance.py"
 
@@ -174,7 +174,7 @@ def test_one_and_four_devices_are_bitwise_identical(tmp_path):
         np.testing.assert_array_equal(out[4][name], expected, err_msg=name)
 
 
-def test_checkpoint_resume_is_bitwise(tmp_path, monkeypatch):
+def test_checkpoint_resume_is_bitwise(tmp_path):
     target = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
     kernel = samplers.NUTS(step_size=0.5, max_tree_depth=5)
     positions = jax.random.normal(jax.random.key(3), (8, 3))
@@ -184,17 +184,9 @@ def test_checkpoint_resume_is_bitwise(tmp_path, monkeypatch):
     class Interrupt(Exception):
         pass
 
-    save = checkpoint.Checkpointer.save
-
-    def save_then_stop(self, snapshot, total):
-        save(self, snapshot, total)
-        if snapshot.step >= 10:
-            raise Interrupt
-
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_stop)
     with pytest.raises(Interrupt):
-        samplers.run(kernel, target, positions, checkpoint_dir=tmp_path, **kwargs)
-    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+        samplers.run(kernel, target, positions, checkpoint_dir=tmp_path, **kwargs,
+                     on_chunk=after_save(tmp_path, 10, Interrupt))  # fmt: skip
     resumed = samplers.run(
         kernel, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs
     )

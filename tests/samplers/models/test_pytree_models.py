@@ -14,6 +14,7 @@ import pytest
 
 import ensemblenn as enn
 import samplers
+from tests.interrupt import after_save
 
 # Eight schools (Rubin 1981).
 Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0], np.float32)
@@ -289,7 +290,7 @@ class Interrupt(Exception):
     pass
 
 
-def test_checkpoint_resume_with_pytree_positions(tmp_path, mesh, monkeypatch):
+def test_checkpoint_resume_with_pytree_positions(tmp_path, mesh):
     """Stopped (a preemption) after the save at step 20, then resumed through
     `samplers.run(..., resume=True)`: bitwise the uninterrupted run."""
     settings = dict(
@@ -299,19 +300,9 @@ def test_checkpoint_resume_with_pytree_positions(tmp_path, mesh, monkeypatch):
     args = (samplers.HMC(0.3, 3), EightSchools(), eight_schools_start(16))
     whole = samplers.run(*args, **settings)
 
-    import samplers.driver._loop as loop
-
-    save = loop.save
-
-    def save_then_stop(store, setup, at, step):
-        save(store, setup, at, step)
-        if step >= 20:
-            raise Interrupt
-
-    monkeypatch.setattr(loop, "save", save_then_stop)
     with pytest.raises(Interrupt):
-        samplers.run(*args, **settings, checkpoint_dir=tmp_path)
-    monkeypatch.setattr(loop, "save", save)
+        samplers.run(*args, **settings, checkpoint_dir=tmp_path,
+                     on_chunk=after_save(tmp_path, 20, Interrupt))  # fmt: skip
     resumed = samplers.run(*args, **settings, checkpoint_dir=tmp_path, resume=True)
     for name, a, b in (
         ("position", whole.state.position, resumed.state.position),
