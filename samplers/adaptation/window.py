@@ -5,8 +5,9 @@ acceptance; a diagonal, gradient-based or dense metric estimated in expanding wi
 every chain's draws in the window (cross-chain and within-window statistics pooled).
 
 The stages live in their own files: the schedule (`_window_schedule`), the step size
-(`_window_step_size`), the metric (`_window_metric`) and the repair of chains
-(`_restart`); this file holds the public class and the scan that runs them.
+(`_window_step_size`), the metric (`_window_metric`), the detection of stuck chains
+(`_window_repair`) and their restart (`_restart`); this file holds the public class and
+the scan that runs them.
 """
 
 import dataclasses
