@@ -18,10 +18,11 @@ from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ..kernels import Sampler
 from ._checkpoint import StageStore, fingerprint
+from ._history import History
 from ._particles import Particles, Tempered
 from ._progress import StageProgress
 from ._result import SMCResult
-from ._schedule import ess_fraction, increment, lineage_residuals, log_mean_exp, next_delta
+from ._schedule import increment, next_delta
 from ._stage import Evaluate, Move, Resample
 from ._tuning import (
     Metric,
@@ -265,7 +266,7 @@ class _Runner:
                         jnp.asarray(beta, self.structure.dtype))  # fmt: skip
 
     def mutate(
-        self, x: Array, kernel: Sampler, beta: float, key: PRNGKeyArray, log: "_Log"
+        self, x: Array, kernel: Sampler, beta: float, key: PRNGKeyArray, log: History
     ) -> tuple[Array, Array, Array, np.ndarray]:
         """Rounds of `num_mutation_steps` moves: one, or (with `decorrelation`) until the
         particles have decorrelated from where they started. Returns the particles, their
@@ -294,10 +295,10 @@ class _Runner:
         if saved is None:
             lp, ll = self.evaluate(x, self.tempered(0.0))
             check_initial(np.asarray(lp), np.asarray(ll))
-            return x, lp, ll, _Log(len(x), initial_step_size(smc.kernel)), 0, 0.0, None
+            return x, lp, ll, History(len(x), initial_step_size(smc.kernel)), 0, 0.0, None
         arrays = (jnp.asarray(saved[k]) for k in ("x", "lp", "ll", "ancestor"))
         x, lp, ll, ancestor = arrays
-        log = _Log.restore(saved)
+        log = History.restore(saved)
         return x, lp, ll, log, int(saved["stage"]) + 1, float(saved["beta"]), ancestor
 
     def go(
@@ -367,67 +368,6 @@ class _Runner:
             correlations=np.asarray(log.correlations),
             decorrelation_target=np.inf if smc.decorrelation is None else smc.decorrelation,
         )
-
-
-class _Log:
-    """What the host keeps of each stage: the schedule, the evidence and its lineage
-    terms (see `SMC`), ESS, acceptance and step size."""
-
-    def __init__(self, n: int, step_size: float):
-        self.n, self.step_size = n, step_size
-        self.temperatures: list[float] = []
-        self.increments: list[float] = []
-        self.ess: list[float] = []
-        self.acceptance: list[float] = []
-        self.step_sizes: list[float] = []
-        self.mutation_steps: list[int] = []
-        self.correlations: list[float] = []
-        self.eves = np.arange(n)  # each particle's ancestor in the initial population
-        self.lineage = np.zeros(n)
-        self.num_lineages = n
-        self.num_nonfinite = 0
-        self.ll_host: np.ndarray | None = None  # restored: the next weights' log likelihoods
-
-    _LISTS = ("temperatures", "increments", "ess", "acceptance", "step_sizes",
-              "mutation_steps", "correlations")  # fmt: skip
-
-    def state(self, ll_host: np.ndarray) -> dict[str, Any]:
-        """Everything to carry on from, as arrays (with the next weights' log
-        likelihoods)."""
-        lists = {f"log_{k}": np.asarray(getattr(self, k)) for k in self._LISTS}
-        return lists | dict(
-            log_eves=self.eves, log_lineage=self.lineage, log_step_size=self.step_size,
-            log_num_lineages=self.num_lineages, log_num_nonfinite=self.num_nonfinite,
-            ll_host=ll_host,
-        )  # fmt: skip
-
-    @classmethod
-    def restore(cls, saved: dict[str, np.ndarray]) -> "_Log":
-        log = cls(len(saved["log_eves"]), float(saved["log_step_size"]))
-        for k in cls._LISTS:
-            setattr(log, k, np.asarray(saved[f"log_{k}"]).tolist())
-        log.eves, log.lineage = saved["log_eves"], saved["log_lineage"]
-        log.num_lineages = int(saved["log_num_lineages"])
-        log.num_nonfinite = int(saved["log_num_nonfinite"])
-        log.ll_host = saved["ll_host"]
-        return log
-
-    def reweighted(self, beta: float, log_w: np.ndarray) -> None:
-        self.temperatures.append(beta)
-        self.increments.append(log_mean_exp(log_w))
-        self.ess.append(ess_fraction(log_w) * self.n)
-        self.step_sizes.append(self.step_size)
-        self.lineage += lineage_residuals(log_w, self.eves)
-        self.num_lineages = len(np.unique(self.eves))
-
-    def moved(self, ancestor: np.ndarray, ll: np.ndarray, acceptance: np.ndarray) -> np.ndarray:
-        """Records the moves; returns the log likelihoods the next weights use (NaN and
-        +inf counted, then given weight zero)."""
-        self.eves = self.eves[ancestor]
-        self.acceptance.append(float(np.mean(acceptance)))
-        bad = np.isnan(ll) | np.isposinf(ll)
-        self.num_nonfinite += int(bad.sum())
-        return np.where(bad, -np.inf, ll)
 
 
 def _correlation(start: np.ndarray, now: np.ndarray) -> float:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import samplers
-from samplers.smc import _smc
+from samplers.smc._history import History
 
 N = 128
 
@@ -42,7 +42,7 @@ def assert_same(a, b):
 def test_interrupted_and_resumed_is_the_uninterrupted_run(tmp_path, monkeypatch):
     full = run()
     assert full.num_stages >= 3
-    moved, calls = _smc._Log.moved, []
+    moved, calls = History.moved, []
 
     def interrupted(self, *args):  # stop during the third stage's bookkeeping
         calls.append(1)
@@ -50,10 +50,10 @@ def test_interrupted_and_resumed_is_the_uninterrupted_run(tmp_path, monkeypatch)
             raise KeyboardInterrupt
         return moved(self, *args)
 
-    monkeypatch.setattr(_smc._Log, "moved", interrupted)
+    monkeypatch.setattr(History, "moved", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint_dir=tmp_path)
-    monkeypatch.setattr(_smc._Log, "moved", moved)
+    monkeypatch.setattr(History, "moved", moved)
     assert [p.name for p in tmp_path.iterdir()] == ["smc.npz"]  # two stages saved
     assert_same(run(checkpoint_dir=tmp_path, resume=True), full)
     # A complete checkpoint: nothing left to run, the same result.
