@@ -5,15 +5,10 @@ broadcast to the others, so the folder need not be shared between hosts.
 """
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import numpy as np
-
-# Test hook: called with the temporary file's path when half the file is written (a test
-# sleeps here and SIGKILLs the process to check that the previous checkpoint survives).
-mid_write_hook: Callable[[Path], None] | None = None
 
 
 def fsync_dir(directory: Path) -> None:
@@ -48,17 +43,12 @@ def write_atomic(path: Path, blob: bytes) -> None:
     for stale in directory.glob(f".{path.name}.tmp-*"):  # left by a killed writer
         stale.unlink(missing_ok=True)
     tmp = directory / f".{path.name}.tmp-{os.getpid()}"
-    half = len(blob) // 2
     try:
         with open(tmp, "wb") as f:
-            f.write(blob[:half])
-            if mid_write_hook is not None:
-                f.flush()
-                mid_write_hook(tmp)
-            f.write(blob[half:])
+            f.write(blob)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # the one atomic step: until it, `path` is the old file
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -3,9 +3,10 @@
 Usage: python checkpoint_run.py NUM_DEVICES CHECKPOINT_DIR MODE [OUT.npz]
 
 MODE "kill": run with checkpoints (RUN["checkpoint_every"]), and on the second save (the
-final one) stop halfway through writing it, print MIDWRITE and sleep, so that the test can
-SIGKILL the process mid-write. MODE "resume": resume from CHECKPOINT_DIR, finish the run and
-save its outcome to OUT.npz. The run's configuration is `RUN` in tests/test_checkpoint.py.
+final one) stop with the new file written but not yet renamed over the old one, print
+MIDWRITE and sleep, so that the test can SIGKILL the process mid-save. MODE "resume":
+resume from CHECKPOINT_DIR, finish the run and save its outcome to OUT.npz. The run's
+configuration is `RUN` in tests/samplers/checkpoint/test_checkpoint.py.
 """
 
 import os
@@ -25,6 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "samplers", "ch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # `tests.` helpers
 from test_checkpoint import RUN, make_run  # noqa: E402
 
+from tests.interrupt import before_rename  # noqa: E402
+
 assert jax.device_count() == num_devices
 sampler, target, positions, kwargs = make_run()
 
@@ -37,7 +40,7 @@ if mode == "kill":
             print("MIDWRITE", path, flush=True)
             time.sleep(600)
 
-    samplers.checkpoint._storage.mid_write_hook = pause
+    os.replace = before_rename(pause)  # the new file written, the old one still in place
     samplers.run(
         sampler,
         target,

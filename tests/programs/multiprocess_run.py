@@ -61,6 +61,7 @@ def listening_addresses() -> list[str]:
 import samplers  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "samplers", "checkpoint"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # `tests.` helpers
 from test_multiprocess import make_run, outcome  # noqa: E402
 
 assert jax.device_count() == 4, jax.devices()

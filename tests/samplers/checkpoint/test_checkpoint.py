@@ -19,7 +19,7 @@ import pytest
 import ensemblenn as enn
 import samplers
 from samplers import checkpoint
-from tests.interrupt import Interrupt, after_save
+from tests.interrupt import Interrupt, after_save, before_rename
 
 PROGRAM = Path(__file__).parents[2] / "programs" / "checkpoint_run.py"
 RUN = dict(
@@ -236,7 +236,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         assert path.exists() and path.name.startswith(".f.tmp-")
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint._storage, "mid_write_hook", fail)
+    monkeypatch.setattr(os, "replace", before_rename(fail))
     with pytest.raises(OSError):
         checkpoint._storage.write_atomic(tmp_path / "f", b"new contents, never complete")
     assert (tmp_path / "f").read_bytes() == old
@@ -250,7 +250,7 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         if len(calls) == 2:
             raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint._storage, "mid_write_hook", fail_second)
+    monkeypatch.setattr(os, "replace", before_rename(fail_second))
     sampler, target, positions, kwargs = make_run()
     with pytest.raises(checkpoint.CheckpointError, match="disk full"):
         samplers.run(
