@@ -203,7 +203,7 @@ def test_under_set_mesh_with_constant_outputs_and_keys(explicit_mesh):
 
 
 def test_auto_block_size_depends_on_the_chain_count_only():
-    from ensemblenn._context import current_frame
+    from ensemblenn._context import current_frame  # private: the frame the blocks set
 
     seen = {}
     for devices in (1, 2, 4):

@@ -6,7 +6,7 @@ If a JAX release moves them, these tests fail here, loudly, before anything subt
 import jax
 import jax.numpy as jnp
 
-from ensemblenn import _jax_private
+from ensemblenn import _jax_private  # private: its uses of JAX internals, each tested
 
 
 def test_is_batched_over_tells_mapped_from_unmapped_values():

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 import samplers
-from samplers.driver import _verdict
-from samplers.driver._verdict import automatic_superchain_size
+from samplers.driver import _verdict  # private: the documented rule, checked directly
+from samplers.driver._verdict import automatic_superchain_size  # private: the same rule
 
 GAUSSIAN = samplers.targets.IllConditionedGaussian(dim=4, condition_number=4.0)
 

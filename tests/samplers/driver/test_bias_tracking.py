@@ -35,7 +35,7 @@ CASES = {
 def run(name, mesh, *, track_bias=True, **kwargs):
     """The case's run, and the positions the adaptation handed to sampling."""
     sampler, adaptation, _ = CASES[name]
-    driver = importlib.import_module("samplers.driver._run")
+    driver = importlib.import_module("samplers.driver._run")  # private: spied on, see below
     handed = {}
     prepare = driver.prepare
 
@@ -186,7 +186,7 @@ def test_a_resumed_run_has_the_same_adaptation_bias(tmp_path):
 
 def test_the_monitor_is_no_setting_of_the_fingerprint():
     # Checkpoints written before adaptations had a bias_monitor field still resume.
-    from samplers.checkpoint._fingerprint import _digest
+    from samplers.checkpoint._fingerprint import _digest  # private: the hash compared
 
     monitor = samplers.adaptation.BiasMonitor(jnp.ones(3), jnp.ones(3))
     for _, adaptation, _ in CASES.values():

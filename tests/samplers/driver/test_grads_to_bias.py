@@ -11,7 +11,7 @@ import pytest
 
 import ensemblenn as enn
 import samplers
-from samplers.driver._bias import grads_to_threshold
+from samplers.driver._bias import grads_to_threshold  # private: the search on its own
 
 TARGET = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
 

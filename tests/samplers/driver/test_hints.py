@@ -12,7 +12,7 @@ import pytest
 import samplers
 import samplers.cli
 from samplers.cli import _main, _report  # private: the parser's help text and the legend
-from samplers.driver import _verdict
+from samplers.driver import _verdict  # private: the hint rules, case by case
 
 # Every criterion fails: R-hat, ESS, divergences, low acceptance (and high, below).
 BAD = dict(rhat=[1.5], ess=[30.0], acceptance=0.01, num_divergent=7)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 import samplers
-from samplers.driver._progress import Progress
+from samplers.driver._progress import Progress  # private: the bar, drawn into a buffer
 from tests.interrupt import after_save
 
 TARGET = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)

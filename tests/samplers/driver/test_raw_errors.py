@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import samplers
-from samplers.checkpoint._store import check_dir
-from samplers.driver import _run
+from samplers.checkpoint._store import check_dir  # private: the folder check alone
+from samplers.driver import _run  # private: spied on to prove nothing started
 from tests.compile_counter import counting
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -237,7 +237,7 @@ def test_summary_run_line_names_the_adaptation_instead_of_zero_warmup():
 
 
 def test_default_thin_keeps_every_draw_that_fits_the_memory_budget(monkeypatch):
-    from samplers.driver import _setup
+    from samplers.driver import _setup  # private: its memory budget, lowered for the test
 
     every = go()  # 8 chains x 30 draws x 3-d: far below 256 MiB
     assert every.thin == 1 and every.thin_auto and every.trace.shape == (8, 30, 3)

@@ -12,7 +12,7 @@ import pytest
 
 import ensemblenn as enn
 import samplers
-from samplers.driver import _summary
+from samplers.driver import _summary  # private: the table formatter on its own
 
 GAUSSIAN = samplers.targets.IllConditionedGaussian(dim=3, condition_number=4.0)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import samplers
-from samplers.driver import _verdict
+from samplers.driver import _verdict  # private: the verdict rules, case by case
 
 GOOD = dict(rhat=1.002, ess=5000.0, acceptance=0.7, divergent=0)
 
