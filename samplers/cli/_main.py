@@ -12,6 +12,7 @@ import sys
 import time
 import warnings
 
+from . import _smc
 from ._kernels import FIXED_DIM, METRICS, SAMPLERS, TARGETS
 
 EXIT_ERROR, EXIT_NOT_CONVERGED, EXIT_INTERRUPTED = 2, 1, 130
@@ -54,7 +55,9 @@ def parser() -> argparse.ArgumentParser:
     add("--dim", type=int, default=None,
         help="target dimension (default: 100 gaussian, 36 rosenbrock, 20 funnel, 10 bimodal "
         "and logistic; banana is 2-d)" + _DEFAULT_STATED)  # fmt: skip
-    add("--sampler", choices=SAMPLERS, default="laps", help="the kernel")
+    add("--sampler", choices=(*SAMPLERS, "smc"), default="laps",
+        help="the kernel; smc: Sequential Monte Carlo from a wide prior, with log Z (its "
+        "flags below)")  # fmt: skip
     add("--adaptation", choices=("default", "none"), default="default",
         help="'default' tunes the kernel during --warmup (WindowAdaptation for "
         "rwm/mala/hmc/ghmc/nuts/adjusted-mclmc, LAPS's phase 1 for mclmc, LAPS for laps); "
@@ -103,6 +106,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue the run saved in --checkpoint DIR (or start it afresh)",
     )
+    _smc.add_arguments(run)
     return p
 
 
@@ -134,6 +138,8 @@ def superchain_size(args: argparse.Namespace) -> int | None:
 
 def _check_metric(args: argparse.Namespace) -> str | None:
     """`--metric` for a sampler that cannot take it (`METRICS`)."""
+    if args.sampler == "smc":
+        return None  # _smc.check_arguments: SMC's own metrics
     allowed = METRICS[args.sampler]
     if args.metric == "auto" or args.metric in allowed:
         return None
@@ -220,14 +226,17 @@ def start_jax(devices: int, cache: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    problem = check_arguments(args)
+    problem = check_arguments(args) or _smc.check_arguments(args, _smc.given(parser(), argv))
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_ERROR
     try:
         start_jax(args.devices, cache=not args.no_cache)
-        return _run(args)
+        return _smc.run(args) if args.sampler == "smc" else _run(args)
     except KeyboardInterrupt as err:
+        if args.sampler == "smc":
+            print(_smc.interrupted(args), file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
         return _interrupted(args, getattr(err, "step", None))
     except Exception as err:
         import ensemblenn as enn

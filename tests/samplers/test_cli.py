@@ -196,3 +196,76 @@ def test_every_sampler_converges_with_defaults(sampler, target, capsys):
                               "--strict"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out.splitlines()[-1]
+
+
+# --- --sampler smc ------------------------------------------------------------------------
+
+SMC = ["--sampler", "smc", "--devices", "4", "--no-progress", "--no-cache"]
+
+
+def _printed(out: str, prefix: str) -> list[float]:
+    """The numbers of the output line that starts with `prefix`."""
+    import re
+
+    line = next(line for line in out.splitlines() if line.startswith(prefix))
+    return [float(v) for v in re.findall(r"-?\d+\.\d+", line)]
+
+
+def test_smc_on_the_gaussian_converges_and_prints_log_z(capsys):
+    code = samplers.cli.main(["run", *SMC, "--target", "gaussian", "--dim", "3", "--chains",
+                              "256", "--strict"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.splitlines()[-1].startswith("verdict: CONVERGED"), out
+    assert "256 particles on 4 device(s)" in out and "stages to temperature 1" in out
+    log_z, se = _printed(out, "log Z    ")[:2]
+    assert abs(log_z) < 4 * se, out  # the target and the prior are normalised: log Z = 0
+
+
+@pytest.mark.slow  # 13 s on a loaded 2-core machine
+def test_smc_recovers_the_bimodal_mode_weights(capsys):
+    code = samplers.cli.main(["run", *SMC, "--target", "bimodal", "--dim", "3", "--chains",
+                              "512"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    first, second, error = _printed(out, "modes    ")[:3]
+    assert abs(second - 0.2) < max(4 * error, 0.02) and error < 0.05, out
+    assert first + second == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--sampler", "smc", "--adaptation", "none"], "--adaptation with --sampler smc"),
+        (["--sampler", "smc", "--adaptation", "default"], "fix: leave out --adaptation"),
+        (["--sampler", "smc", "--steps", "100"], "fix: --mutation-steps N instead"),
+        (["--sampler", "smc", "--warm", "10"], "--warmup with --sampler smc"),
+        (["--sampler", "smc", "--superchain-size", "4"], "fix: leave out --superchain-size"),
+        (["--sampler", "smc", "--metric", "gradient"], "--metric gradient with --sampler smc"),
+        (["--sampler", "smc", "--mutation-kernel", "rwm", "--metric", "dense"],
+         "--mutation-kernel rwm takes a per-coordinate scale only"),
+        (["--sampler", "smc", "--mutation-steps", "0"], "--mutation-steps must be >= 1"),
+        (["--sampler", "nuts", "--mutation-steps", "3"],
+         "--mutation-steps is a flag of --sampler smc, not of --sampler nuts"),
+        (["--mutation-kernel", "mala"], "fix: --sampler smc, or leave out --mutation-kernel"),
+    ],
+)  # fmt: skip
+def test_smc_bad_flags_are_one_error_line_with_a_fix(args, says, capsys):
+    assert samplers.cli.main(["run", *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], captured.err
+    assert "fix: " in lines[0] and captured.out == ""
+
+
+def test_smc_checkpoint_is_refused_again_and_resumed(tmp_path, capsys):
+    args = ["run", *SMC, "--target", "gaussian", "--dim", "2", "--chains", "128",
+            "--mutation-steps", "2", "--checkpoint", str(tmp_path)]  # fmt: skip
+    assert samplers.cli.main(args) == 0
+    first = _printed(capsys.readouterr().out, "log Z    ")[:2]
+    assert samplers.cli.main(args) == 2  # the folder holds a finished run's checkpoint
+    assert "holds a checkpoint" in capsys.readouterr().err
+    assert samplers.cli.main([*args, "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming from the checkpoint after stage" in out
+    assert _printed(out, "log Z    ")[:2] == first  # nothing left to run: the same numbers
