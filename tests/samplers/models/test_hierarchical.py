@@ -11,6 +11,13 @@ draws the Monte Carlo error of a mean is a few hundredths of an sd even at an ES
 of 0.05, so 0.3 sd fails only for a systematic error: chains left stuck by the warmup (the
 stochastic-volatility failure this file guards against: before the warmup repaired stuck
 chains, 128 chains x 500 draws gave R-hat ~3 and means 2.8-3.7 sd off).
+
+Measured (CPU, 4 simulated devices, keys as below), NUTS + WindowAdaptation() on the
+stochastic volatility: before the repair (500 warmup + 500 draws) max |mean error| 2.78
+sd, 9459 divergences, max R-hat 7.7, a step size of 0.040 and chains at log density
+-1.5e6 (the bulk: -520); with it, 500 + 500: 0.04 sd, 1814 divergences (2.8 %; NumPyro's
+NUTS 1.98 %), max R-hat 1.064, step 0.133; 300 + 200 (the test): 0.10 sd, 736
+divergences (2.9 %), max R-hat 1.12 (mu), 24 chains repaired.
 """
 
 import json
