@@ -21,6 +21,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -59,14 +60,17 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     """The `--sampler smc` flags, in a group of their own in `run --help`."""
     group = run.add_argument_group(
         "--sampler smc",
-        "Adaptive tempered Sequential Monte Carlo: --chains particles drawn from a wide "
-        "Gaussian prior N(m, (2 s)^2) per coordinate (m, s: the target's exact mean and "
-        "sd; logistic: its own N(0, I) prior) move to the target through tempered "
-        "targets prior x likelihood^beta, the likelihood being the target's density over "
-        "that prior. log Z is relative to that prior: 0 exactly for every target but "
-        "logistic, whose log Z is the data's log marginal likelihood. bimodal also prints "
-        "the recovered mode weights. Not with --adaptation, --steps, --warmup or "
-        "--superchain-size.",
+        textwrap.fill(  # the run parser keeps descriptions as written (raw)
+            "Adaptive tempered Sequential Monte Carlo: --chains particles drawn from a wide "
+            "Gaussian prior N(m, (2 s)^2) per coordinate (m, s: the target's exact mean and "
+            "sd; logistic: its own N(0, I) prior) move to the target through tempered "
+            "targets prior x likelihood^beta, the likelihood being the target's density over "
+            "that prior. log Z is relative to that prior: 0 exactly for every target but "
+            "logistic, whose log Z is the data's log marginal likelihood. bimodal also prints "
+            "the recovered mode weights. Not with --adaptation, --steps, --warmup or "
+            "--superchain-size.",
+            width=88,
+        ),
     )
     group.add_argument("--mutation-kernel", choices=KERNELS, default=DEFAULT_KERNEL,
                        help="the kernel that moves the particles at every stage, tuned per "
@@ -302,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
             # particles never reached (the funnel's neck) shows only against the exact value.
             print(f"note     log Z is {away:.0f} standard errors from the exact value: the "
                   "particles miss part of the target, which the verdict cannot see; more "
-                  "--mutation-steps or --chains")  # fmt: skip
+                  "--mutation-steps and --chains may help, a target that no one step size "
+                  "fits (the funnel's neck) needs a reparametrisation")  # fmt: skip
     weights = None
     if args.target == "bimodal":
         second, error = _modes(target, result)
