@@ -38,9 +38,14 @@ def trace_row(state: Any, info: Any) -> Float[Array, " width"]:
     dtype (every count and flag here is exact in it), so the trace stays one array, laid
     out, saved and restored like the positions alone."""
     dtype = state.position.dtype
-    stats = [
-        jnp.asarray(getattr(info, field, ABSENT), dtype).reshape(()) for _, field in TRACE_STATS
-    ]
+
+    def scalar(field: str) -> Array:
+        value = jnp.asarray(getattr(info, field, ABSENT), dtype)
+        # A per-coordinate value (a RandomWalk's step size per dimension): its mean, as
+        # ArviZ's statistics are one number per draw.
+        return value if value.ndim == 0 else jnp.mean(value)
+
+    stats = [scalar(field) for _, field in TRACE_STATS]
     return jnp.concatenate([state.position, jnp.stack(stats)])
 
 

@@ -95,17 +95,21 @@ def _unravel_chain(
     position: Structure,
     observed: Structure | None,
     final: Any,
-    draws: Any,
+    rows: Any,
     lp: bool,
-) -> tuple[Any, Any, Any, Any]:
-    """One chain's outputs in the user's structures: its final position, its thinned draws
-    `(draws, dim)` as positions and as observables, and their log densities."""
+) -> tuple[Any, Any, Any, Any, Any]:
+    """One chain's outputs in the user's structures: its final position, its kept draws
+    (trace rows `(draws, dim + len(TRACE_STATS))`) as positions and as observables, their
+    log densities and their sample statistics (one program, not an eager slice each)."""
     final = position.unravel(final)
-    if draws is None:
-        return final, None, None, None
+    if rows is None:
+        return final, None, None, None, None
+    draws = rows[:, : position.dim]
+    stats = {name: rows[:, position.dim + i] for i, (name, _) in enumerate(TRACE_STATS)}
     observe = observed is not None
     trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
-    return final, position.unravel(draws), trace, (jax.vmap(logdensity)(draws) if lp else None)
+    lps = jax.vmap(logdensity)(draws) if lp else None
+    return final, position.unravel(draws), trace, lps, stats
 
 
 def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
@@ -142,28 +146,20 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
     )  # fmt: skip
 
     def joined(parts: list, axis: int) -> Any:
-        if not parts:
-            return None
+        if len(parts) < 2:  # none, or one chunk's: nothing to copy
+            return parts[0] if parts else None
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
     rows = joined(at.trace, axis=1)  # (chains, draws, dim + len(TRACE_STATS))
-    flat_trace, sample_stats = None, None
-    if rows is not None:
-        dim = setup.position.dim
-        flat_trace = on_mesh_of(rows, lambda r: r[..., :dim])
-        sample_stats = {
-            name: on_mesh_of(rows, lambda r, i=i: r[..., dim + i])
-            for i, (name, _) in enumerate(TRACE_STATS)
-        }
     outputs = enn.ensemble_map(
         _unravel_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
         out_roles=PER_CHAIN, **setup.mapping,
     )  # fmt: skip
-    state, position_trace, trace, draw_logdensity = carry.state, None, None, None
-    if flat_trace is not None or not setup.position.plain:  # else nothing to unravel
-        final, position_trace, trace, draw_logdensity = outputs(
-            logdensity, setup.position, setup.observed, carry.state.position, flat_trace,
-            flat_trace is not None and _takes_one_position(setup, logdensity),
+    state, position_trace, trace, draw_logdensity, sample_stats = carry.state, *[None] * 4
+    if rows is not None or not setup.position.plain:  # else nothing to unravel
+        final, position_trace, trace, draw_logdensity, sample_stats = outputs(
+            logdensity, setup.position, setup.observed, carry.state.position, rows,
+            rows is not None and _takes_one_position(setup, logdensity),
         )  # fmt: skip
         state = eqx.tree_at(lambda s: s.position, carry.state, final)
     trace = position_trace if trace is None else trace

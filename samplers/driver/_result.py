@@ -119,9 +119,9 @@ class Result(eqx.Module):
             plain run. None when no draw was kept (`thin=0`).
         sample_stats: per kept draw, `(num_chains, num_draws)` arrays of the transition
             that produced it, in ArviZ's names: `diverging`, `acceptance_rate`, `n_steps`
-            (gradient evaluations), `step_size`, `energy_error`, `tree_depth` (NUTS) and
-            `energy` (kernels whose info reports one); -inf where the kernel's info has no
-            such field. None without a trace.
+            (gradient evaluations), `step_size` (its mean if per coordinate),
+            `energy_error`, `tree_depth` (NUTS) and `energy` (kernels whose info reports
+            one); -inf where the kernel's info has no such field. None without a trace.
         bias_history: `(num_steps, 2)` ensemble b² (max, mean) per step if tracked.
         adaptation_info: whatever the adaptation reported.
         superchain_size: the run's superchain size (nested R-hat), or None: the one given to
