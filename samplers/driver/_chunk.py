@@ -103,7 +103,10 @@ def chunk(
     observe = getattr(logdensity, "observable", None)
     separate = carry.moments.observed is not None
     width = carry.state.position.shape[-1] + len(TRACE_STATS)
-    draws = jnp.zeros((config.capacity // config.thin, width), carry.state.position.dtype)
+    # One row per kept draw, and a scratch row: every step writes its row at the next free
+    # slot, which only a kept draw claims (the next step overwrites any other), so the
+    # write needs no read of the buffer and no select. The caller keeps the claimed rows.
+    draws = jnp.zeros((config.capacity // config.thin + 1, width), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
     def body(i: Array, loop: tuple) -> tuple:
@@ -138,11 +141,9 @@ def chunk(
         )
         if config.keep_trace:
             keep = sampling & ((since + 1) % config.thin == 0)
-            # One row selected, not the buffer (a select of the buffer copies all of it),
-            # and no cond (on a GPU a cond sends its predicate to the host every step).
-            slot = jnp.minimum(kept, draws.shape[0] - 1)
-            row = trace_row(state, info)
-            draws = draws.at[slot].set(jnp.where(keep, row, draws[slot]))
+            # Written at the next free slot (see `draws`): no select, no read, and no cond
+            # (on a GPU a cond sends its predicate to the host every step).
+            draws = draws.at[kept].set(trace_row(state, info))
             kept = kept + keep.astype(jnp.int32)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
