@@ -426,9 +426,10 @@ def test_optax_schedules_are_followed_through_run(explicit_mesh):
 
 class MaskedWalk(samplers.RandomWalk):
     """A user's proposal: a random walk that moves only the coordinates where `mask` is 1
-    (symmetric, so `log_proposal_correction` stays 0)."""
+    (symmetric, so `log_proposal_correction` stays 0). A field without a default after the
+    kernel's defaulted ones must be keyword-only (Python's dataclass rule)."""
 
-    mask: jax.Array
+    mask: jax.Array = eqx.field(kw_only=True)
 
     def proposal(self, position, count, key):
         step_size = samplers.resolve(self.step_size, count)
@@ -437,7 +438,7 @@ class MaskedWalk(samplers.RandomWalk):
 
 def test_user_subclass_proposal_runs_sharded(mesh):
     mask = jnp.arange(10) < 5
-    kernel = MaskedWalk(1.0, mask.astype(jnp.float32))
+    kernel = MaskedWalk(1.0, mask=mask.astype(jnp.float32))
     start = jax.vmap(ILL.sample)(jax.random.split(jax.random.key(15), 256))  # exact draws
     result = samplers.run(
         kernel,
