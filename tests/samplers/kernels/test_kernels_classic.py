@@ -8,6 +8,7 @@ without its proposal correction, HMC drawing momenta from the wrong covariance) 
 |z| ~ 30 with these settings, and the tests assert that they fail the same check.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
