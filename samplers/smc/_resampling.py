@@ -144,36 +144,38 @@ def _draws(key: PRNGKeyArray, n: int, scheme: str) -> Array:
     return srandom.uniform(key, (n,))
 
 
-def _ancestors(key: PRNGKeyArray, log_weights: Array, scheme: str) -> Array:
-    n = log_weights.shape[0]
+def _ancestors(key: PRNGKeyArray, log_weights: Array, scheme: str, num: int | None = None) -> Array:
+    """`num` ancestors (default: one per weight) of the weights' particles; with `num`
+    below the weights' count, waste-free SMC's `N / P` chain starts."""
+    m = log_weights.shape[0] if num is None else num
     log_weights = jnp.asarray(log_weights)
     if not jnp.issubdtype(log_weights.dtype, jnp.floating):
         log_weights = log_weights.astype(jnp.float32)
-    u = _draws(key, n, scheme).astype(log_weights.dtype)
+    u = _draws(key, m, scheme).astype(log_weights.dtype)
     w = _weights(log_weights)
     cum = _cumsum(w)
     total = cum[-1]
     if scheme == "systematic":
-        c = _systematic_boundaries(cum, total, n, u)
+        c = _systematic_boundaries(cum, total, m, u)
     elif scheme == "stratified":
         c = _stratified_boundaries(cum / total, u)
     elif scheme == "multinomial":
         # n sorted uniforms as the normalised partial sums of n + 1 exponentials: O(n),
         # where sorting 4096 uniforms took ~10x longer than all the rest on a CPU.
         spacings = _cumsum(-jnp.log1p(-u))
-        c = _boundaries_at(spacings[:n] / spacings[n], cum / total)
+        c = _boundaries_at(spacings[:m] / spacings[m], cum / total)
     else:  # residual
-        expected = enn.rounded(w / total * n)
+        expected = enn.rounded(w / total * m)
         floors = jnp.floor(expected)
         fixed = jnp.cumsum(floors.astype(jnp.int32))  # integers: exact in any order
-        rest = jnp.maximum(n - fixed[-1], 0)
+        rest = jnp.maximum(m - fixed[-1], 0)
         residual = jnp.maximum(expected - floors, 0.0)
         rcum = _cumsum(residual)
         drawn = _systematic_boundaries(rcum, rcum[-1], rest, u)
         drawn = jnp.where(rcum[-1] > 0, drawn, rest)  # nothing left to draw
-        c = jnp.minimum(fixed + drawn, n)
-        c = c.at[-1].set(n)  # every slot filled (rounding can leave the sum a slot short)
-    return _slots(c, n)
+        c = jnp.minimum(fixed + drawn, m)
+        c = c.at[-1].set(m)  # every slot filled (rounding can leave the sum a slot short)
+    return _slots(c, m)
 
 
 def ancestors(
@@ -211,7 +213,7 @@ def ancestors(
     return _jitted_ancestors(key, jnp.asarray(log_weights), scheme)
 
 
-_jitted_ancestors = jax.jit(_ancestors, static_argnums=2)
+_jitted_ancestors = jax.jit(_ancestors, static_argnums=(2, 3))
 
 
 def resample(

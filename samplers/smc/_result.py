@@ -57,8 +57,10 @@ class SMCResult(eqx.Module):
         acceptance: each stage's mean acceptance of the mutation steps.
         step_sizes: each stage's step size (before the metric's per-coordinate scale).
         log_evidence_increments: each stage's `log(mean w)`, which sum to `log_evidence`.
-        ancestors: the last resampling's ancestor of each particle.
-        mutation_steps: each stage's kernel steps per particle.
+        ancestors: the last resampling's ancestor of each particle (with `waste_free`,
+            that of the chain's start: `P` consecutive particles share it).
+        mutation_steps: each stage's kernel steps per particle (with `waste_free`, per
+            chain: `(P - 1) * num_mutation_steps`).
         correlations: with `SMC(decorrelation=...)`, each stage's correlation of the
             particles with where its moves started (the largest over coordinates) when
             its moves ended; NaN otherwise.
@@ -75,6 +77,7 @@ class SMCResult(eqx.Module):
         num_mutation_steps: the kernel steps per particle and stage (per round, with
             `decorrelation`).
         decorrelation_target: `SMC.decorrelation` (inf without one).
+        waste_free: `SMC.waste_free`, the states per chain (None: resample-move).
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -111,6 +114,7 @@ class SMCResult(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True, default=())
     num_mutation_steps: int = eqx.field(static=True, default=0)
     decorrelation_target: float = eqx.field(static=True, default=np.inf)
+    waste_free: int | None = eqx.field(static=True, default=None)
 
     @property
     def num_particles(self) -> int:
@@ -303,9 +307,16 @@ class SMCResult(eqx.Module):
         steps = str(self.num_mutation_steps)
         if self.mutation_steps.size and np.ptp(self.mutation_steps):
             steps = f"{np.min(self.mutation_steps)}-{np.max(self.mutation_steps)}"
+        moves = f"{kernel} x {steps} steps per stage"
+        if self.waste_free is not None:
+            chains = n // self.waste_free
+            moves = (
+                f"{kernel} x {self.num_mutation_steps} steps between the {self.waste_free} "
+                f"states of {chains} waste-free chains"
+            )
         lines = [
             f"SMC: {n} particles, {self.num_stages} stages to temperature "
-            f"{float(self.temperatures[-1]):.4g}, {kernel} x {steps} steps per stage",
+            f"{float(self.temperatures[-1]):.4g}, {moves}",
             f"log Z = {self.log_evidence:.4f} +/- {self.log_evidence_se:.4f} (se)",
         ]
         if self.ess.size:

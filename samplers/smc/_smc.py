@@ -23,7 +23,7 @@ from ._particles import Particles, Tempered
 from ._progress import StageProgress
 from ._result import SMCResult
 from ._schedule import increment, next_delta
-from ._stage import Evaluate, Move, Resample
+from ._stage import Evaluate, Move, MoveChains, Resample, ResampleChains
 from ._tuning import (
     Metric,
     check_metric,
@@ -41,6 +41,7 @@ from ._validate import (
     check_key,
     check_not_traced,
     check_particles,
+    check_waste_free_run,
     split_target,
 )
 
@@ -69,7 +70,8 @@ class SMC(eqx.Module):
     per-coordinate scale) is the resampled particles' variance (`metric="diagonal"`) or
     covariance (`"dense"`), and the step size of a Metropolis-adjusted kernel moves once
     per stage towards `target_acceptance` from the previous stage's mean acceptance
-    (`eps * exp(acceptance - target)`).
+    (`eps * exp(acceptance - target)`). With `waste_free=P`, waste-free SMC instead: `N / P`
+    particles are resampled and each runs a chain of `P` states, all kept as particles.
 
     The evidence: `log Z = sum_t log(mean_i w_i^t)`, the log of the standard unbiased
     estimate of `Z`. Its standard error is a genealogy (Eve-index) estimate, in the spirit
@@ -94,7 +96,8 @@ class SMC(eqx.Module):
 
     Attributes:
         kernel: the mutation kernel (any `samplers.Sampler`).
-        num_mutation_steps: kernel steps per particle and stage.
+        num_mutation_steps: kernel steps per particle and stage (with `waste_free`, between
+            consecutive states of a chain).
         target_ess: the fraction of `N` each reweighting keeps as ESS (adaptive schedule).
         schedule: fixed temperatures (increasing, in (0, 1], ending at 1) instead of the
             adaptive ones; None: adaptive.
@@ -109,6 +112,16 @@ class SMC(eqx.Module):
             with where the stage's moves started (Pearson, across particles, the largest
             over coordinates) is at most this, or `max_mutation_steps` ran.
         max_mutation_steps: the most steps per stage with `decorrelation`.
+        waste_free: None (the default) resamples all `N` particles and moves each one.
+            An int `P >= 2` (dividing `N`) runs waste-free SMC (Dau & Chopin 2022): only
+            `M = N / P` particles are resampled, each starts a chain of `P` states, each
+            state `num_mutation_steps` kernel steps after the one before, and every state
+            of every chain is kept: the `M` chains' paths are the next `N` particles. A
+            stage takes `(P - 1) / P` of the kernel steps of resample-move with the same
+            `num_mutation_steps`, spent on longer chains from fewer starts; the weights and
+            log Z use all `N` particles as before. The metric is the `M` starts' (keep `M`
+            well above the dimension for "dense"). Not with `decorrelation`; `M` must be a
+            multiple of the device count.
 
     Example:
         >>> import jax, jax.numpy as jnp, samplers
@@ -138,6 +151,7 @@ class SMC(eqx.Module):
     max_stages: int = eqx.field(static=True, default=1000)
     decorrelation: float | None = eqx.field(static=True, default=None)
     max_mutation_steps: int = eqx.field(static=True, default=100)
+    waste_free: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
         check_fields(self)
@@ -227,7 +241,10 @@ class SMC(eqx.Module):
         check_particles(structure)
         check_density("log_prior", log_prior, structure)
         check_density("log_likelihood", log_likelihood, structure)
-        self.kernel.check_dim(structure.dim, structure.num_particles)
+        chains = structure.num_particles
+        if self.waste_free is not None:
+            chains = check_waste_free_run(self, structure.num_particles, mesh, axis)
+        self.kernel.check_dim(structure.dim, chains)
         check_metric(self.kernel, self.metric)
         x = structure.ravel(particles)
         if store is not None:
@@ -252,14 +269,24 @@ class _Runner:
         mapping = dict(mesh=mesh, axis=axis, block_size=block_size)
         self.evaluate = enn.ensemble_map(Evaluate(), in_roles=(enn.PER_CHAIN, None), **mapping)
         self.mode = metric_mode(smc.kernel, smc.metric)
-        resampler = Resample(smc.resampling, smc.metric if self.mode else None)
-        self.resample = enn.ensemble_map(
-            resampler, in_roles=(enn.PER_CHAIN, enn.PER_CHAIN, enn.BROADCAST), **mapping
-        )
-        self.move = enn.ensemble_map(
-            Move(smc.num_mutation_steps), in_roles=(enn.PER_CHAIN, None, None, enn.BROADCAST),
-            **mapping,
-        )  # fmt: skip
+        metric = smc.metric if self.mode else None
+        moves = (enn.PER_CHAIN, None, None, enn.BROADCAST)
+        if smc.waste_free is None:
+            self.resample = enn.ensemble_map(
+                Resample(smc.resampling, metric),
+                in_roles=(enn.PER_CHAIN, enn.PER_CHAIN, enn.BROADCAST), **mapping,
+            )  # fmt: skip
+            self.move = enn.ensemble_map(Move(smc.num_mutation_steps), in_roles=moves,
+                                         **mapping)  # fmt: skip
+        else:  # ensembles of the M = N / P chains
+            self.resample = enn.ensemble_map(
+                ResampleChains(smc.resampling, metric), in_roles=(enn.PER_CHAIN, enn.BROADCAST,
+                enn.BROADCAST, enn.BROADCAST), **mapping,
+            )  # fmt: skip
+            self.move = enn.ensemble_map(
+                MoveChains(smc.num_mutation_steps, smc.waste_free), in_roles=moves, **mapping
+            )
+            self.slots = jnp.arange(structure.num_particles // smc.waste_free, dtype=jnp.int32)
 
     def tempered(self, beta: float) -> Tempered:
         return Tempered(self.log_prior, self.log_likelihood, self.structure,
@@ -287,6 +314,33 @@ class _Runner:
         log.mutation_steps.append(steps)
         log.correlations.append(correlation)
         return x, lp, ll, accepted / steps
+
+    def resample_move(
+        self, x: Array, log_w: np.ndarray, kernel: Sampler, eps: Array, beta: float,
+        key: PRNGKeyArray, log: History,
+    ) -> tuple[Array, Array, Array, Array, Array | None, Sampler, np.ndarray]:  # fmt: skip
+        """One stage's resampling and moves: `(x, log prior, log likelihood, each new
+        particle's ancestor, the metric, the tuned kernel, the acceptances)`."""
+        smc = self.smc
+        k_resample, k_move = random.split(key)
+        lw = jnp.asarray(log_w, x.dtype)
+        if smc.waste_free is None:
+            x, ancestor, metric = self.resample(x, lw, k_resample)
+            tuned = with_tuning(kernel, eps, metric, self.mode)
+            x, lp, ll, acceptance = self.mutate(x, tuned, beta, k_move, log)
+            return x, lp, ll, ancestor, metric, tuned, acceptance
+        starts, chain_ancestor, metric = self.resample(self.slots, x, lw, k_resample)
+        tuned = with_tuning(kernel, eps, metric, self.mode)
+        path, lp, ll, accepted = self.move(starts, tuned, self.tempered(beta), k_move)
+        steps = (smc.waste_free - 1) * smc.num_mutation_steps
+        log.mutation_steps.append(steps)
+        log.correlations.append(np.nan)
+        # The M chains' P states, chain after chain, are the next N particles (each
+        # chain's on the device that ran it: the layout of an ensemble of N).
+        n = self.structure.num_particles
+        x, lp, ll = (_flatten_chains(a, n) for a in (path, lp, ll))
+        ancestor = jnp.repeat(chain_ancestor, smc.waste_free)
+        return x, lp, ll, ancestor, metric, tuned, np.asarray(accepted, np.float64) / steps
 
     def start(self, x: Array, saved: dict | None) -> tuple:
         """`(x, log prior, log likelihood, log, first stage, temperature, ancestors)`: the
@@ -327,11 +381,10 @@ class _Runner:
                     "the likelihood is positive."
                 )
             log.reweighted(new_beta, log_w)
-            k_resample, k_move = random.split(random.fold_in(key, t))
-            x, ancestor, metric = self.resample(x, jnp.asarray(log_w, x.dtype), k_resample)
             eps = jnp.asarray(log.step_size, jnp.float32)
-            tuned = with_tuning(kernel, eps, metric, self.mode)
-            x, lp, ll, acceptance = self.mutate(x, tuned, new_beta, k_move, log)
+            x, lp, ll, ancestor, metric, tuned, acceptance = self.resample_move(
+                x, log_w, kernel, eps, new_beta, random.fold_in(key, t), log
+            )
             ll_host = log.moved(np.asarray(ancestor), np.asarray(ll, np.float64), acceptance)
             if tunes_step_size(smc.kernel):
                 log.step_size = next_step_size(log.step_size, log.acceptance[-1],
@@ -367,7 +420,13 @@ class _Runner:
             mutation_steps=np.asarray(log.mutation_steps),
             correlations=np.asarray(log.correlations),
             decorrelation_target=np.inf if smc.decorrelation is None else smc.decorrelation,
+            waste_free=smc.waste_free,
         )
+
+
+def _flatten_chains(a: Array, n: int) -> Array:
+    """`(M, P, ...)` chains' states -> `(N, ...)` particles, chain after chain."""
+    return jnp.reshape(a, (n, *a.shape[2:]))
 
 
 def _correlation(start: np.ndarray, now: np.ndarray) -> float:

@@ -1,5 +1,7 @@
 """One SMC stage, written for ONE particle: resample (and measure the population), then
-move and evaluate.
+move and evaluate. Waste-free SMC's stage is written for ONE chain of the `M = N / P`
+resampled particles: `ResampleChains`, then `MoveChains`, which returns the chain's `P`
+states.
 
 A stage is two `enn.ensemble_map` programs, each compiled once and reused at every
 temperature (the temperature, the tuned kernel and the keys are operands). Cross-particle work goes
@@ -20,7 +22,7 @@ import ensemblenn as enn
 from .. import random
 from ..kernels import Sampler, init_chain, step_chain
 from ._particles import Tempered
-from ._resampling import resample
+from ._resampling import _ancestors, resample
 from ._tuning import population_metric
 
 
@@ -79,3 +81,65 @@ class Move(eqx.Module):
         # The acceptances' sum (its mean is taken on the host: a division here may become a
         # reciprocal multiply in one device count's program and not another's).
         return state.position, log_prior, log_likelihood, accepted
+
+
+class ResampleChains(eqx.Module):
+    """Waste-free SMC's resampling, for ONE of the `M` chains: this chain's start, drawn from
+    all `N` reweighted particles (`M` ancestors of their weights), and the metric of the `M`
+    starts.
+
+    The `N` particles and their log weights enter whole (broadcast: the all-gather of
+    `resample`, done by the layout); `slot` is the chain's index in `[0, M)`, the one
+    per-chain operand, which sets the ensemble's size to `M`.
+    """
+
+    scheme: str = eqx.field(static=True)
+    metric: Any = eqx.field(static=True)
+
+    def __call__(
+        self, slot: Int[Array, ""], x: Float[Array, "N dim"], log_weights: Float[Array, " N"],
+        key: PRNGKeyArray,
+    ) -> tuple[Array, Int[Array, ""], Array | None]:  # fmt: skip
+        # The same M ancestors on every device, computed once (they do not depend on slot).
+        ancestor = _ancestors(key, log_weights, self.scheme, enn.num_chains())[slot]
+        start = x[ancestor]
+        return start, ancestor, population_metric(start, self.metric)
+
+
+class MoveChains(eqx.Module):
+    """Waste-free SMC's moves, for ONE chain: from its start, `length - 1` kept states, each
+    `num_steps` kernel steps after the one before, at the tempered target. Returns the
+    chain's `length` states (the start first), their log priors and log likelihoods, and
+    the sum of its acceptance rates. A program of its own, as `Move` is.
+    """
+
+    num_steps: int = eqx.field(static=True)
+    length: int = eqx.field(static=True)
+
+    def __call__(
+        self, x: Float[Array, " dim"], kernel: Sampler, tempered: Tempered, key: PRNGKeyArray
+    ) -> tuple[Array, Array, Array, Array]:
+        own = random.fold_in(key, enn.chain_index())
+        state = init_chain(kernel, tempered, x, random.fold_in(own, 0))
+        parts = enn.batch_invariant(tempered.parts)
+
+        def step(carry: tuple, t: Array) -> tuple:
+            state, accepted = carry
+            state, info = step_chain(kernel, tempered, state, random.fold_in(own, t))
+            rate = jnp.where(jnp.isfinite(info.acceptance_rate), info.acceptance_rate, 0.0)
+            return (state, accepted + rate.astype(jnp.float32)), None
+
+        def keep(carry: tuple, steps: Array) -> tuple:
+            carry, _ = jax.lax.scan(step, carry, steps)
+            position = carry[0].position
+            return carry, (position, *parts(position))
+
+        # Step t (1-based, as Move's) of the whole chain: kept state j ends at j * num_steps.
+        steps = jnp.arange(1, (self.length - 1) * self.num_steps + 1, dtype=jnp.int32)
+        steps = steps.reshape(self.length - 1, self.num_steps)
+        (_, accepted), kept = jax.lax.scan(keep, (state, jnp.float32(0.0)), steps)
+        first = (x, *parts(x))
+        path, log_prior, log_likelihood = (
+            jnp.concatenate([jnp.asarray(a)[None], b]) for a, b in zip(first, kept, strict=True)
+        )
+        return path, log_prior, log_likelihood, accepted

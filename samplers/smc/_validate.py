@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import ensemblenn as enn
+
 from .._errors import SamplerError, SamplerTypeError
 from ..kernels import Sampler
 from ._particles import Particles
@@ -65,6 +67,7 @@ def check_fields(smc: Any) -> None:
         )
     check_schedule(name, smc.schedule)
     check_decorrelation(name, smc)
+    check_waste_free(name, smc)
 
 
 def check_decorrelation(name: str, smc: Any) -> None:
@@ -80,6 +83,49 @@ def check_decorrelation(name: str, smc: Any) -> None:
             f"{name}.max_mutation_steps must be an int >= num_mutation_steps "
             f"({smc.num_mutation_steps}), got {most!r}.\n  fix: max_mutation_steps=100."
         )
+
+
+def check_waste_free(name: str, smc: Any) -> None:
+    length = smc.waste_free
+    if length is None:
+        return
+    if not _is_int(length) or length < 2:
+        raise (SamplerError if _is_int(length) else SamplerTypeError)(
+            f"{name}.waste_free must be None or an int >= 2 (the states of each chain), got "
+            f"{length!r}.\n  fix: waste_free=None (resample-move), or e.g. waste_free=8 "
+            "(a divisor of the number of particles)."
+        )
+    if smc.decorrelation is not None:
+        raise SamplerError(
+            f"{name}.waste_free={length} cannot be combined with "
+            f"decorrelation={smc.decorrelation!r}: waste-free chains have a fixed length.\n"
+            "  fix: decorrelation=None (a longer waste_free for better-mixed particles), or "
+            "waste_free=None."
+        )
+
+
+def check_waste_free_run(smc: Any, num_particles: int, mesh: Any, axis: str) -> int:
+    """The number of waste-free chains, `M = N / P`, checked against `N` and the mesh."""
+    name, length = type(smc).__name__, smc.waste_free
+    if num_particles % length:
+        divisors = [p for p in range(2, min(num_particles, 64) + 1) if num_particles % p == 0]
+        some = f"waste_free={divisors[-1]} (a divisor), or " if divisors else ""
+        raise SamplerError(
+            f"SMC.run: {name}.waste_free={length} must divide the number of particles, "
+            f"{num_particles}.\n  fix: {some}{(num_particles // length + 1) * length} "
+            "particles."
+        )
+    chains = num_particles // length
+    mesh = enn.resolve_mesh(mesh, axis)
+    devices = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))[axis]
+    if chains % devices:
+        raise SamplerError(
+            f"SMC.run: {name}.waste_free={length} leaves {chains} chains (= {num_particles} "
+            f"particles / {length}), which cannot be split evenly over the {devices} devices "
+            f"of mesh axis {axis!r}.\n  fix: a waste_free that leaves a multiple of {devices} "
+            f"chains, or {length * devices * (chains // devices + 1)} particles."
+        )
+    return chains
 
 
 def check_schedule(name: str, schedule: Any) -> None:
