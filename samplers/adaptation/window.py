@@ -169,8 +169,8 @@ class WindowAdaptation(Adaptation):
     Attributes:
         num_steps: warmup steps.
         target_acceptance: the ensemble-mean acceptance to reach; None uses the kernel's
-            `default_target_acceptance` (0.234 RandomWalk, 0.574 MALA, 0.8 HMC, GHMC and
-            NUTS, 0.9 AdjustedMCLMC).
+            `default_target_acceptance` (0.234 RandomWalk, 0.574 MALA, 0.8 HMC and GHMC,
+            0.9 NUTS and AdjustedMCLMC).
         metric: `"diagonal"`, `"gradient"` (a kernel whose state has a `grad`), `"dense"`
             or None.
         initial_buffer, first_window, final_buffer: the schedule (Stan's 75, 25, 50).

@@ -159,7 +159,11 @@ class NUTS(Sampler):
 
     Every hyperparameter but `max_tree_depth` may be a number, a broadcast array, an
     `enn.PerChainValue` or an optax schedule of the step count. The class attribute
-    `default_target_acceptance` (0.8) is the mean acceptance step-size adaptation aims at.
+    `default_target_acceptance` (0.9) is the mean acceptance step-size adaptation aims at:
+    what NumPyro's and Stan's NUTS reach in practice with their nominal 0.8 (their dual
+    averaging ends on an averaged, smaller step; eight schools: 0.89), where
+    `samplers.WindowAdaptation` lands on its target. At 0.8 one step size shared by every
+    chain diverged 2-6x more often than NumPyro on real hierarchical models.
 
     Attributes:
         step_size: the leapfrog step; None (the default) leaves it to the adaptation.
@@ -184,7 +188,7 @@ class NUTS(Sampler):
         (8, 3)
     """
 
-    default_target_acceptance: ClassVar[float] = 0.8
+    default_target_acceptance: ClassVar[float] = 0.9
 
     step_size: Hyper = hyperparameter(positive=True, tuned=True, default=None)
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=None)

@@ -401,7 +401,7 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     Gaussian, 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
     metric like HMC, so on the 100-d Gaussian every kernel's adapted metric is within
     [0.7, 1.4] of the variances. The ensemble acceptance is within 0.05 of the kernel's
-    default target (0.8 HMC and NUTS, 0.574 MALA): the tuned step size is where the
+    default target (0.8 HMC, 0.9 NUTS, 0.574 MALA): the tuned step size is where the
     final buffer's fit of `log(-Phi^-1(acceptance / 2))` against the log step size
     reaches the target. Over keys 0-7 (`tests/programs/window_acceptance.py`, 300
     sampling steps) the mean acceptance was MALA 0.573 on the Gaussian and 0.571 on the
@@ -417,7 +417,7 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     kernel, budget, goal, num_steps = {
         "hmc": (samplers.HMC(step_size=0.1, num_integration_steps=10), 16_000, 0.8, 1000),
         "mala": (samplers.MALA(step_size=0.1), 2_000, 0.574, 1000),
-        "nuts": (samplers.NUTS(step_size=0.1), 10_000, 0.8, 100),
+        "nuts": (samplers.NUTS(step_size=0.1), 10_000, 0.9, 100),
     }[kernel_name]
     x0 = jax.random.normal(jax.random.key(0), (64, dim))
     result = _run(

@@ -222,7 +222,7 @@ def test_bad_hyperparameters_are_clear_errors(kwargs, error, match):
 def test_window_adaptation_contract():
     # What a step-size / metric adaptation reads from a kernel.
     kernel = samplers.NUTS(step_size=0.1)
-    assert samplers.NUTS.default_target_acceptance == 0.8
+    assert samplers.NUTS.default_target_acceptance == 0.9
     assert kernel.inverse_mass_matrix is None and kernel.max_tree_depth == 10
     assert kernel.grads_per_step == 2**10 - 1
 

@@ -16,9 +16,9 @@ Measured (CPU, 4 simulated devices, keys as below), NUTS + WindowAdaptation() on
 stochastic volatility: before the repair (500 warmup + 500 draws) max |mean error| 2.78
 sd, 9459 divergences, max R-hat 7.7, a step size of 0.040 and chains at log density
 -1.5e6 (the bulk: -520); with it, 500 + 500: 0.04 sd, 1814 divergences (2.8 %; NumPyro's
-NUTS 1.98 %), max R-hat 1.064, step 0.133; 300 + 200 (the test): 0.10 sd, 736
-divergences (2.9 %), max R-hat 1.12 (mu), 24 chains repaired; 300 + 200 at
-target_acceptance=0.9 (NumPyro's NUTS reaches 0.88 on it): 0.025 sd, 401 divergences
+NUTS 1.98 %), max R-hat 1.064, step 0.133; 300 + 200 at a target of 0.8: 0.10 sd, 736
+divergences (2.9 %), max R-hat 1.12 (mu), 24 chains repaired; 300 + 200 at NUTS's
+default target, 0.9 (NumPyro's NUTS reaches 0.88 on it): 0.025 sd, 401 divergences
 (1.57 %, below NumPyro's), max R-hat 1.015, step 0.094 (NumPyro's: 0.085-0.131).
 """
 
@@ -67,7 +67,8 @@ def _numpyro_rate(name):
 def test_stochastic_volatility_nuts_default_warmup():
     """NUTS + WindowAdaptation() (300 warmup steps, 200 draws): every mean of inference-gym's
     ground truth (phi, mu, sigma and the 100 log-volatilities) within 0.3 sd, no chain left
-    stuck, and a verdict that does not claim convergence for a wrong answer."""
+    stuck, divergences no more frequent than NumPyro's NUTS, and a verdict that does not
+    claim convergence for a wrong answer."""
     model = StochasticVolatility()
     result = _run(samplers.NUTS(step_size=0.1), model, 300, 200)
     errors = _errors(result, model)
@@ -76,6 +77,8 @@ def test_stochastic_volatility_nuts_default_warmup():
     # mu mixes slowly (R-hat 1.12 over 200 draws, 1.06 over 500); stuck chains gave ~3.
     assert np.nanmax(rhat) < 1.2, np.nanmax(rhat)
     assert result.converged is False or errors.max() < 0.3
+    rate = int(jnp.sum(result.num_divergent)) / (NUM_CHAINS * 200)
+    assert rate <= _numpyro_rate("stochastic_volatility"), rate
     info = result.adaptation_info
     assert int(info.num_repaired) >= 0 and "warmup: target acceptance" in result.summary(
         print_it=False
@@ -84,23 +87,21 @@ def test_stochastic_volatility_nuts_default_warmup():
 
 @pytest.mark.slow
 def test_eight_schools_nuts_default_warmup():
-    """Eight schools, non-centred: means within 0.3 sd of the NumPyro reference.
+    """Eight schools, non-centred: means within 0.3 sd of the NumPyro reference, and
+    divergences no more frequent than NumPyro's NUTS.
 
-    Divergences: NumPyro's NUTS (default target 0.8) measured 7 in 4 x 4 x 2000 draws
-    (0.022 %), its step sizes landing low (0.31-0.53, mean acceptance 0.89). At the
-    default target WindowAdaptation's fitted step size reaches 0.80 (step 0.54) and 180
-    of 128 000 transitions diverge (0.14 %); at target_acceptance=0.9, NumPyro's effective
-    acceptance, 6 (0.0047 %): that setting is held to NumPyro's rate.
+    NumPyro's NUTS (nominal target 0.8) measured 7 divergences in 4 x 4 x 2000 draws
+    (0.022 %), its step sizes landing low (0.31-0.53) and its mean acceptance at 0.89. At
+    a target of 0.8, WindowAdaptation's fitted step size reaches 0.80 (step 0.54) and 180
+    of 128 000 transitions diverged (0.14 %); at NUTS's default, 0.9, 6 (0.0047 %).
     """
     model = EightSchools()
     result = _run(samplers.NUTS(step_size=0.1), model, 400, 500)
     errors = _errors(result, model)
     assert errors.max() < 0.3, errors
-    assert abs(float(jnp.mean(result.acceptance_rate)) - 0.8) < 0.03
+    assert abs(float(jnp.mean(result.acceptance_rate)) - 0.9) < 0.03
     assert result.converged is False or errors.max() < 0.3
-    careful = _run(samplers.NUTS(step_size=0.1), model, 400, 500, target_acceptance=0.9)
-    assert _errors(careful, model).max() < 0.3
-    rate = int(jnp.sum(careful.num_divergent)) / (NUM_CHAINS * 500)
+    rate = int(jnp.sum(result.num_divergent)) / (NUM_CHAINS * 500)
     assert rate <= _numpyro_rate("eight_schools"), rate
 
 
