@@ -397,8 +397,8 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     Gradient budget per chain (warmup and its heuristic trials, the ensemble mean that
     `WindowAdaptationInfo.num_grads` reports, plus sampling, the chain that used the most:
     NUTS's trajectories differ per chain): HMC (10 leapfrog steps)
-    16 000, MALA 2 000, NUTS (default max_tree_depth) 10 000 (measured 7 040 on the
-    Gaussian, 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
+    16 000, MALA 2 000, NUTS (default max_tree_depth) 14 000 (measured 12 279 on the
+    Gaussian at NUTS's default target, 0.9; 7 040 at 0.8; 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
     metric like HMC, so on the 100-d Gaussian every kernel's adapted metric is within
     [0.7, 1.4] of the variances. The ensemble acceptance is within 0.05 of the kernel's
     default target (0.8 HMC, 0.9 NUTS, 0.574 MALA): the tuned step size is where the
@@ -417,7 +417,7 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
     kernel, budget, goal, num_steps = {
         "hmc": (samplers.HMC(step_size=0.1, num_integration_steps=10), 16_000, 0.8, 1000),
         "mala": (samplers.MALA(step_size=0.1), 2_000, 0.574, 1000),
-        "nuts": (samplers.NUTS(step_size=0.1), 10_000, 0.9, 100),
+        "nuts": (samplers.NUTS(step_size=0.1), 14_000, 0.9, 100),
     }[kernel_name]
     x0 = jax.random.normal(jax.random.key(0), (64, dim))
     result = _run(
