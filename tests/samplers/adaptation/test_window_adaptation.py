@@ -396,17 +396,17 @@ def test_reaches_low_bias_within_a_gradient_budget(kernel_name, target_name, exp
 
     Gradient budget per chain (warmup and its heuristic trials, the ensemble mean that
     `WindowAdaptationInfo.num_grads` reports, plus sampling, the chain that used the most:
-    NUTS's trajectories differ per chain): HMC (10 leapfrog steps)
-    16 000, MALA 2 000, NUTS (default max_tree_depth) 14 000 (measured 12 279 on the
-    Gaussian at NUTS's default target, 0.9; 7 040 at 0.8; 3 630 on the regression). MALA and NUTS get WindowAdaptation's diagonal
-    metric like HMC, so on the 100-d Gaussian every kernel's adapted metric is within
-    [0.7, 1.4] of the variances. The ensemble acceptance is within 0.05 of the kernel's
-    default target (0.8 HMC, 0.9 NUTS, 0.574 MALA): the tuned step size is where the
-    final buffer's fit of `log(-Phi^-1(acceptance / 2))` against the log step size
-    reaches the target. Over keys 0-7 (`tests/programs/window_acceptance.py`, 300
+    NUTS's trajectories differ per chain): HMC (10 leapfrog steps) 16 000, MALA 2 000, NUTS
+    (default max_tree_depth) 14 000 (measured 12 279 on the Gaussian at NUTS's default
+    target, 0.9; 7 040 at 0.8; 3 630 on the regression). MALA and NUTS get
+    WindowAdaptation's diagonal metric like HMC, so on the 100-d Gaussian every kernel's
+    adapted metric is within [0.7, 1.4] of the variances. The ensemble acceptance is within
+    0.05 of the kernel's default target (0.8 HMC, 0.9 NUTS, 0.574 MALA): the tuned step size
+    is where the final buffer's fit of `log(-Phi^-1(acceptance / 2))` against the log step
+    size reaches the target. Over keys 0-7 (`tests/programs/window_acceptance.py`, 300
     sampling steps) the mean acceptance was MALA 0.573 on the Gaussian and 0.571 on the
-    regression, HMC 0.777 and 0.829, sd over keys 0.01-0.02; a logit fit, used before,
-    gave MALA 0.605 and 0.617 (HMC 0.775 and 0.838).
+    regression, HMC 0.777 and 0.829, sd over keys 0.01-0.02; a logit fit, used before, gave
+    MALA 0.605 and 0.617 (HMC 0.775 and 0.838).
     """
     if target_name == "gaussian":
         target = samplers.targets.IllConditionedGaussian(dim=100, condition_number=100.0)
