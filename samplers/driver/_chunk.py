@@ -109,8 +109,12 @@ def chunk(
     draws = jnp.zeros((config.capacity // config.thin + 1, width), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
+    def kept_before(t: Array) -> Array:
+        # Kept draws among the sampling steps before global step `t`.
+        return jnp.maximum(t - config.first_sample, 0) // config.thin
+
     def body(i: Array, loop: tuple) -> tuple:
-        kept, c, draws, bias = loop
+        c, draws, bias = loop
         t = start + i
         state, info = step_chain(sampler, logdensity, c.state, random.fold_in(key, t))
         since = t - config.first_sample
@@ -140,23 +144,25 @@ def chunk(
             bias_grads,
         )
         if config.keep_trace:
-            keep = sampling & ((since + 1) % config.thin == 0)
-            # Written at the next free slot (see `draws`): no select, no read, and no cond
-            # (on a GPU a cond sends its predicate to the host every step).
-            draws = draws.at[kept].set(trace_row(state, info))
-            kept = kept + keep.astype(jnp.int32)
+            # Written at the next free slot (see `draws`), found from the step number: no
+            # counter carried, no select, no read, and no cond (on a GPU a cond sends its
+            # predicate to the host every step). The slot never passes the scratch row
+            # (capacity is a multiple of thin), so the slice's clamping never acts and it
+            # needs no bounds check, which a scatter (`.at[].set`) would add.
+            slot = kept_before(t) - kept_before(start)
+            row = trace_row(state, info)[None]
+            draws = jax.lax.dynamic_update_slice(draws, row, (slot, jnp.zeros_like(slot)))
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(
                 diag.bias_squared(estimate, reference.second_moment, reference.second_moment_var)
             )
             bias = bias.at[i].set(b2.astype(jnp.float32))
-        return kept, c, draws, bias
+        return c, draws, bias
 
     acc_before = carry.acceptance
     steps = length if config.steps is None else config.steps
-    loop = (jnp.int32(0), carry, draws, bias)
-    _, carry, draws, bias = jax.lax.fori_loop(0, steps, body, loop)
+    carry, draws, bias = jax.lax.fori_loop(0, steps, body, (carry, draws, bias))
     chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
     return (
         carry,
