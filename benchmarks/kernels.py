@@ -9,10 +9,13 @@ copies and the other non-trivial operations outside fusions. Nested loops (leapf
 `batch_invariant` blocks, NUTS's tree) count their body once, plus their condition.
 Parameters, constants, tuples, bitcasts and optimization barriers are free.
 
-Paths: `samplers.run` with its defaults (one batch per device), with `block_size="auto"`
-(the bitwise mode, blocks of `num_chains // 8`), and the bare
-`enn.ensemble_map(scan(kernel.step))` over the same chains. The goal (issue "Accelerators
-first"): the driver within 1.5x of the bare kernel's count.
+Paths: `samplers.run` with its defaults (one batch per device; every draw kept, with its
+per-draw statistics, as the run is small), without a trace (`thin=0`), with
+`block_size="auto"` (the bitwise mode, blocks of `num_chains // 8`), the bare
+`enn.ensemble_map(scan(kernel.step))` over the same chains, and that scan keeping its
+draws as a BlackJAX user's does (`scan` returning each step's position and info). Each run
+path is compared with the bare path that does the same work: keeping draws or not. The goal
+(issue "Accelerators first"): the driver within 1.5x of the bare kernel's count.
 """
 
 import argparse
@@ -38,10 +41,23 @@ COLUMNS = [
     ("kernels_per_step", "kernels / step", "d"),
     ("loops", "nested loops", "d"),
     ("ratio", "ratio to bare", ".2f"),
+    ("bare", "bare path compared", ""),
 ]
 
 SAMPLERS = ("mala", "hmc", "nuts", "mclmc")
-PATHS = ("run (defaults)", "run (bitwise blocks)", "bare ensemble_map(scan)")
+PATHS = (
+    "run (defaults)",
+    "run (thin=0)",
+    "run (bitwise blocks)",
+    "bare ensemble_map(scan)",
+    "bare scan, draws kept",
+)
+# The bare path doing the same work as each run path (draws kept or not).
+COMPARED = {
+    "run (defaults)": "bare scan, draws kept",
+    "run (thin=0)": "bare ensemble_map(scan)",
+    "run (bitwise blocks)": "bare scan, draws kept",
+}
 FREE = {
     "parameter",
     "constant",
@@ -103,21 +119,26 @@ def _child(spec: dict) -> None:
     kernel = _kernel(spec["sampler"], dim)
     x0 = jax.random.normal(jax.random.key(0), (chains, dim))
     if spec["path"].startswith("run"):
-        block = {"run (defaults)": None, "run (bitwise blocks)": "auto"}
+        block = "auto" if spec["path"] == "run (bitwise blocks)" else None
+        thin = {"thin": 0} if spec["path"] == "run (thin=0)" else {}
         result = samplers.run(
             kernel, logdensity, x0, key=jax.random.key(1), num_steps=steps,
-            progress=False, block_size=block[spec["path"]],
+            progress=False, block_size=block, **thin,
         )  # fmt: skip
         jax.block_until_ready(result.state.position)
         return
+
+    keep = spec["path"] == "bare scan, draws kept"
 
     def chain(position: Any, key: Any) -> Any:
         state = kernel.init(logdensity, position, key)
 
         def body(s: Any, k: Any) -> Any:
-            return kernel.step(logdensity, s, k)[0], None
+            s, info = kernel.step(logdensity, s, k)
+            return s, ((s.position, info) if keep else None)
 
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[0].position
+        final, draws = jax.lax.scan(body, state, jax.random.split(key, steps))
+        return (final.position, draws) if keep else final.position
 
     keys = enn.chain_keys(jax.random.key(1), chains)
     out = enn.ensemble_map(chain, in_roles=enn.PER_CHAIN)(x0, keys)
@@ -265,14 +286,14 @@ def run(args: argparse.Namespace) -> list[dict]:
         for path in PATHS:
             spec = dict(sampler=name, path=path, chains=chains, dim=args.dim)
             counts[path] = measure(spec)
-        bare = max(counts[PATHS[-1]][0], 1)
         for path in PATHS:
             kernels, loops = counts[path]
+            compared = COMPARED.get(path, path)
             emit(
                 dict(
                     benchmark=BENCH, sampler=name, devices=args.num_devices, chains=chains,
                     backend=jax.default_backend(), path=path, kernels_per_step=kernels,
-                    loops=loops, ratio=kernels / bare,
+                    loops=loops, ratio=kernels / max(counts[compared][0], 1), bare=compared,
                 ),
                 records,
             )  # fmt: skip
