@@ -4,6 +4,7 @@ NumPyro is an optional extra (`pip install 'ensemblenn[numpyro]'`); it is import
 `from_numpyro` is called.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -181,11 +182,18 @@ class NumPyroTarget(eqx.Module):
     def initial_positions(self, key: PRNGKeyArray, num_chains: int) -> dict:
         """Starting points as NumPyro's `init_to_uniform` draws them: uniform in (-2, 2) on
         the unconstrained scale, independently per chain and site."""
-        keys = jax.random.split(key, len(self.shapes))
-        return {
-            name: jax.random.uniform(k, (num_chains, *shape), self.dtype, minval=-2.0, maxval=2.0)
-            for k, (name, shape) in zip(keys, self.sites, strict=True)
-        }
+        return _uniform_draws(key, self.sites, self.dtype, int(num_chains))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _uniform_draws(key: PRNGKeyArray, sites: tuple, dtype: Any, num_chains: int) -> dict:
+    """`initial_positions`' draws as one program: eagerly, the split, the unstacking of its
+    keys and each shape's draw were a program each (the same bits either way)."""
+    keys = jax.random.split(key, len(sites))
+    return {
+        name: jax.random.uniform(k, (num_chains, *shape), dtype, minval=-2.0, maxval=2.0)
+        for k, (name, shape) in zip(keys, sites, strict=True)
+    }
 
 
 def from_numpyro(model: Callable, *model_args: Any, **model_kwargs: Any) -> NumPyroTarget:
@@ -218,38 +226,53 @@ def from_numpyro(model: Callable, *model_args: Any, **model_kwargs: Any) -> NumP
     util = _numpyro_util()
     from numpyro import handlers
 
-    key = jax.random.key(0)  # only to trace the model: the sites' shapes, not values
-    model_trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
-    discrete = [
-        name
-        for name, site in model_trace.items()
-        if site["type"] == "sample"
-        and not site.get("is_observed", False)
-        and getattr(site["fn"], "support", None) is not None
-        and site["fn"].support.is_discrete
-    ]
-    if discrete:
-        raise enn.EnsembleError(
-            f"from_numpyro: the model has discrete latent sites {discrete}; the samplers "
-            "move continuous parameters only.\n  fix: marginalise them out of the model "
-            "(or observe them)."
+    def describe() -> dict:
+        """The model's static structure, from one trace and NumPyro's own initialisation."""
+        key = jax.random.key(0)  # only to trace the model: the sites' shapes, not values
+        model_trace = handlers.trace(handlers.seed(model, key)).get_trace(
+            *model_args, **model_kwargs
         )
-    info = util.initialize_model(key, model, model_args=model_args, model_kwargs=model_kwargs)
-    z = info.param_info.z
-    if not z:
-        raise enn.EnsembleError("from_numpyro: the model has no latent sample sites to sample.")
-    dtype = jnp.result_type(*jax.tree.leaves(z))
-    deterministic = tuple(
-        name
-        for name, site in model_trace.items()
-        if site["type"] == "deterministic" and jnp.issubdtype(jnp.result_type(site["value"]),
-                                                              jnp.floating)
-    )  # fmt: skip
+        discrete = [
+            name
+            for name, site in model_trace.items()
+            if site["type"] == "sample"
+            and not site.get("is_observed", False)
+            and getattr(site["fn"], "support", None) is not None
+            and site["fn"].support.is_discrete
+        ]
+        if discrete:
+            raise enn.EnsembleError(
+                f"from_numpyro: the model has discrete latent sites {discrete}; the samplers "
+                "move continuous parameters only.\n  fix: marginalise them out of the model "
+                "(or observe them)."
+            )
+        info = util.initialize_model(key, model, model_args=model_args, model_kwargs=model_kwargs)
+        z = info.param_info.z
+        if not z:
+            raise enn.EnsembleError("from_numpyro: the model has no latent sample sites to sample.")
+        found["sites"] = tuple(sorted((name, tuple(jnp.shape(v))) for name, v in z.items()))
+        found["dtype"] = jnp.result_type(*jax.tree.leaves(z))
+        found["deterministic"] = tuple(
+            name
+            for name, site in model_trace.items()
+            if site["type"] == "deterministic"
+            and jnp.issubdtype(jnp.result_type(site["value"]), jnp.floating)
+        )
+        return {}
+
+    found: dict = {}
+    try:
+        # Abstractly: run eagerly, the model and NumPyro's initialisation are ~90 one-op
+        # programs, each compiled (or loaded from the persistent cache) in a fresh process,
+        # seconds before the first step; only shapes and dtypes are needed.
+        jax.eval_shape(describe)
+    except jax.errors.JAXTypeError:
+        describe()  # a model that needs concrete values (e.g. Python `if` on a draw)
     return NumPyroTarget(
         model=model,
         model_args=tuple(model_args),
         model_kwargs=dict(model_kwargs),
-        sites=tuple(sorted((name, tuple(jnp.shape(value))) for name, value in z.items())),
-        dtype=dtype,
-        deterministic=deterministic,
+        sites=found["sites"],
+        dtype=found["dtype"],
+        deterministic=found["deterministic"],
     )
