@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 import ensemblenn as enn
 from ensemblenn import BROADCAST, PER_CHAIN
@@ -108,12 +109,15 @@ def chunk_loop(
 
 def _keep(setup: Setup, at: Sampled, start: int, length: int, draws: Any, bias: Any) -> None:
     """Append a chunk's kept draws and b² history to the host-side lists of `at`."""
+    # lax slices: one program each, where basic indexing (`d[:, :k]`) is a gather and its
+    # index arrays, four programs to compile or load in a fresh process.
     kept = _kept_draws(setup, start, length) if setup.thin else 0
     if kept:
-        at.trace.append(on_mesh_of(draws, lambda d, k=kept: d[:, :k]))
+        at.trace.append(on_mesh_of(draws, lambda d, k=kept: lax.slice_in_dim(d, 0, k, axis=1)))
     first_sampled = max(start, setup.num_warmup)
     if bias is not None and first_sampled < start + length:
-        at.bias_history.append(on_mesh_of(bias, lambda b: b[first_sampled - start : length]))
+        lo = first_sampled - start
+        at.bias_history.append(on_mesh_of(bias, lambda b: lax.slice_in_dim(b, lo, length)))
 
 
 def save(store: "checkpoint.Store", setup: Setup, at: Sampled, step: int) -> None:

@@ -3,7 +3,7 @@
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 import ensemblenn as enn
@@ -54,7 +54,7 @@ def _check_some_finite(setup: Setup, state: Any) -> None:
         setup.traced
         or jax.process_count() > 1
         or isinstance(state.logdensity, jax.core.Tracer)  # resume: shapes only
-        or bool(jnp.isfinite(state.logdensity).any())
+        or bool(np.isfinite(np.asarray(state.logdensity)).any())  # on the host: no program
     ):
         return
     raise enn.EnsembleError(
