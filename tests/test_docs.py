@@ -264,8 +264,22 @@ _EPILOGUE = (
     f"assert _jax.device_count() == {NUM_DEVICES}, "
     "f'the page ran on {_jax.devices()}: set XLA_FLAGS in its first block'\n"
 )
+# A `samplers.ConvergenceWarning` the page does not silence itself (`warnings.catch_warnings`
+# around the run) is shown every time, with a marker line on stderr that
+# `test_page_converges` looks for: every example converges unless it fails on purpose and
+# says so. The class is recognised by name, since importing samplers here would import jax
+# before the page sets its devices.
+CONVERGENCE_MARKER = "DOCS-CONVERGENCE-WARNING"
 _RUNNER = (
-    "import sys\n"
+    "import sys, warnings\n"
+    f"_MARK = {CONVERGENCE_MARKER!r}\n"
+    "_show = warnings.showwarning\n"
+    "def _marked(message, category, filename, lineno, file=None, line=None):\n"
+    "    if category.__name__ == 'ConvergenceWarning' and category.__module__ == 'samplers':\n"
+    "        print(_MARK, f'{filename}:{lineno}: {message}', file=sys.stderr)\n"
+    "    _show(message, category, filename, lineno, file, line)\n"
+    "warnings.showwarning = _marked\n"
+    "warnings.filterwarnings('always', message='NOT CONVERGED')\n"
     "path = sys.argv[1]\n"
     "source = sys.stdin.read()\n"
     "exec(compile(source, path, 'exec'), {'__name__': '__main__', '__file__': path})\n"
@@ -313,6 +327,16 @@ def page_runs(tmp_path_factory):
 def test_page_runs(page_runs, page):
     proc = page_runs[page]
     assert proc.returncode == 0, f"{page} failed:\n{(proc.stdout + proc.stderr)[-6000:]}"
+
+
+@pytest.mark.parametrize("page", PAGE_IDS)
+def test_page_converges(page_runs, page):
+    """No run of the page warns NOT CONVERGED unless the page silences the warning where the
+    reader sees it (a run that fails on purpose, and whose prose says so)."""
+    warned = [
+        line for line in page_runs[page].stderr.splitlines() if line.startswith(CONVERGENCE_MARKER)
+    ]
+    assert not warned, f"{page}: examples that do not converge:\n" + "\n".join(warned)
 
 
 # --- every public name: an example in its docstring, a place in the API pages --------------
