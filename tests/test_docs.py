@@ -5,7 +5,9 @@
   extracts the same blocks (markdown-exec's own rule: the `exec` option) and runs each page
   as one script (blocks top to bottom, one namespace, as its session is) in a fresh process,
   because the page must set the device count before it imports jax; the pages set 4
-  simulated devices themselves and this test checks they did.
+  simulated devices themselves and this test checks they did. No run of a page may warn
+  NOT CONVERGED (`samplers.ConvergenceWarning`) unless the page silences the warning
+  itself, where the reader sees it: an example that fails on purpose, and says so.
 * Every public name of `ensemblenn` and `samplers` (its submodules included) has a docstring
   with an example and appears in an API page (`::: name` in `docs/api/*.md`).
 * `mkdocs build --strict` succeeds (slow; or `ENSEMBLENN_DOCS_SITE=site` checks a built
