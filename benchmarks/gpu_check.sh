@@ -17,6 +17,8 @@
 #   ensemble     Stretch vs NumPyro AIES, 4096 walkers, gauss20                   30 s
 #   bandwidth    a jitted elementwise pass over 1 GiB                             15 s
 #   scaling      LAPS 4096 and 65536 chains, bandwidth against that floor         60 s
+#   smc          samplers.SMC vs BlackJAX's adaptive tempered SMC, 16384 particles,
+#                100-d conjugate Gaussian, HMC mutations (not yet run on a GPU)     60 s
 # Exits 0 with a message when there is no JAX or no GPU (unless SMOKE=1): the project never
 # needs one.
 set -u
@@ -47,12 +49,14 @@ fi
 if [ -n "$SMOKE" ]; then
     SIZE=(--smoke) FLOOR=(--smoke --repeats 2) FIRST=(--smoke --repeats 1)
     ENSEMBLE=(--smoke --repeats 1) SCALING=(--smoke --repeats 1 --chains 64,128)
+    SMC=(--smoke)
 else
     SIZE=(--full --repeats 2)
     FLOOR=(--full --targets gauss100 --repeats 3)
     FIRST=(--chains 4096 --repeats 1)
     ENSEMBLE=(--walkers 4096 --targets gauss20 --steps 3000 --repeats 2)
     SCALING=(--chains 4096,65536 --repeats 2)
+    SMC=(--parts smc --dims 100 --smc-particles 16384 --seeds 2)
 fi
 
 bounded() {  # bounded SECONDS NAME ARGS...: one benchmark, its JSON lines kept
@@ -84,6 +88,7 @@ for _ in range(10):
 print(json.dumps({"floor_gb_per_s": 2 * x.nbytes / best / 1e9}))
 EOF
 bounded 60 scaling "${SCALING[@]}" --no-table
+bounded 60 smc "${SMC[@]}"
 
 step "summary"
 "$PY" - "$LOGS" <<'EOF'
@@ -118,6 +123,10 @@ for r in lines("scaling"):
         gbs = r["chain_grads_per_s"] * 4 * 100 * 4 / 1e9  # 4 float32 vectors of 100 per gradient
         rows.append((f"scaling LAPS gauss100", r["chains"], "",
                      f"{r['chain_grads_per_s']:.3g} chain-grads/s", f"{gbs / floor:.3f} of {floor:.0f} GB/s"))
+for r in lines("smc"):
+    if r.get("status") == "ok" and r.get("part") == "smc":
+        rows.append((f"SMC {r['impl']} {r['dim']}-d", r["particles"], f"{r['stages']:.0f} stages",
+                     f"{r['us_per_mutation']:.3f} µs/particle-mutation", f"log Z error {r['log_z_error']:+.3f}"))
 print("| row | chains | path | figure | ratio |")
 print("|---|---|---|---|---|")
 for row in rows:
