@@ -31,8 +31,10 @@ class Sampled(NamedTuple):
 
 
 def _kept_draws(setup: Setup, start: int, length: int) -> int:
-    sampled = range(max(start, setup.num_warmup), start + length)
-    return sum(1 for t in sampled if (t - setup.num_warmup + 1) % setup.config.thin == 0)
+    # Sampling step s (from 0) is kept when thin divides s + 1: count those in [first, end).
+    thin, warmup = setup.config.thin, setup.num_warmup
+    first, end = max(start, warmup) - warmup, start + length - warmup
+    return max(end // thin - first // thin, 0)
 
 
 def chunk_loop(
