@@ -210,18 +210,9 @@ def preamble(args: argparse.Namespace, target: Any, prior: str, kernel: Any) -> 
 
 def _stage_of(checkpoint: str | None) -> int | None:
     """The last stage (1-based) saved in `checkpoint`'s SMC file, or None."""
-    import numpy as np
+    import samplers
 
-    from ..smc._checkpoint import FILENAME
-
-    path = os.path.join(checkpoint or "", FILENAME)
-    if not checkpoint or not os.path.isfile(path):
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            return int(saved["stage"]) + 1
-    except Exception:  # unreadable: SMC.run says so when it loads it
-        return None
+    return samplers.SMC.saved_stages(checkpoint)
 
 
 def interrupted(args: argparse.Namespace) -> str:

@@ -39,6 +39,19 @@ def fingerprint(smc: Any, structure: Any, functions: tuple, x: np.ndarray, key: 
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def saved_stage(folder: Any) -> int | None:
+    """The number of stages an SMC checkpoint in `folder` holds, or None (no folder, no
+    checkpoint, or one that cannot be read: `SMC.run` says why when it loads it)."""
+    path = Path(folder) / FILENAME if folder else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            return int(saved["stage"]) + 1
+    except Exception:  # noqa: BLE001 - unreadable: reported by SMC.run
+        return None
+
+
 class StageStore:
     """The run's file: `load()` what a previous run saved (or None), `save(state)` after
     each stage.

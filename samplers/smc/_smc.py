@@ -17,7 +17,7 @@ import ensemblenn as enn
 from .. import random
 from .._errors import SamplerError, SamplerTypeError
 from ..kernels import Sampler
-from ._checkpoint import StageStore, fingerprint
+from ._checkpoint import StageStore, fingerprint, saved_stage
 from ._history import History
 from ._particles import Particles, Tempered
 from ._progress import StageProgress
@@ -155,6 +155,18 @@ class SMC(eqx.Module):
 
     def __check_init__(self) -> None:
         check_fields(self)
+
+    @staticmethod
+    def saved_stages(checkpoint_dir: str | os.PathLike | None) -> int | None:
+        """How many stages the SMC checkpoint in `checkpoint_dir` holds (None if there is
+        none, or it cannot be read), e.g. to say where `run(..., resume=True)` will go on.
+
+        Example:
+            >>> import tempfile, samplers
+            >>> samplers.SMC.saved_stages(tempfile.mkdtemp()) is None
+            True
+        """
+        return saved_stage(checkpoint_dir)
 
     def acceptance_target(self) -> float:
         """The acceptance the step size is tuned to."""

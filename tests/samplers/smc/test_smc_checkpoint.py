@@ -54,10 +54,15 @@ def test_interrupted_and_resumed_is_the_uninterrupted_run(tmp_path, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint_dir=tmp_path)
     monkeypatch.setattr(History, "moved", moved)
-    assert [p.name for p in tmp_path.iterdir()] == ["smc.npz"]  # two stages saved
+    assert [p.name for p in tmp_path.iterdir()] == ["smc.npz"]
+    assert samplers.SMC.saved_stages(tmp_path) == 2
     assert_same(run(checkpoint_dir=tmp_path, resume=True), full)
+    assert samplers.SMC.saved_stages(tmp_path) == full.num_stages
     # A complete checkpoint: nothing left to run, the same result.
     assert_same(run(checkpoint_dir=tmp_path, resume=True), full)
+    assert samplers.SMC.saved_stages(tmp_path / "absent") is None
+    (tmp_path / "smc.npz").write_bytes(b"not a checkpoint")
+    assert samplers.SMC.saved_stages(tmp_path) is None
 
 
 def test_checkpoint_of_another_run_or_not_resuming_is_refused(tmp_path):
