@@ -425,6 +425,7 @@ def test_a_second_run_on_the_same_folder_is_refused_at_start(tmp_path):
         [
             sys.executable,
             "-c",
+            # private: a second process holding the run lock, as a concurrent run would
             "import sys, time; from samplers.checkpoint._lock import RunLock; "
             "lock = RunLock(sys.argv[1]); lock.acquire(); print('LOCKED', flush=True); "
             "time.sleep(120)",

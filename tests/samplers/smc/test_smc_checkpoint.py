@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import samplers
-from samplers.smc._history import History
+from samplers.smc._history import History  # private: a stage interrupted at its bookkeeping
 
 N = 128
 

@@ -121,7 +121,7 @@ def test_the_same_bits_on_1_2_and_4_devices():
 
 
 def test_interrupted_and_resumed_is_the_uninterrupted_run(tmp_path, monkeypatch):
-    from samplers.smc._history import History
+    from samplers.smc._history import History  # private: a stage interrupted at its bookkeeping
 
     smc = samplers.SMC(samplers.MALA(step_size=0.5), num_mutation_steps=1, waste_free=4)
 
