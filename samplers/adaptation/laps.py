@@ -49,6 +49,7 @@ from ..kernels import (
 from ._base import finite_chain_mean
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
+from ._restart import is_healthy
 from ._ticks import tick
 
 __all__ = ["LAPS", "LAPSInfo"]
@@ -171,15 +172,6 @@ class _Phase2(eqx.Module):
     divergent: Int[Array, ""]
     grads: Int[Array, ""]
     moments: _Welford
-
-
-def _healthy(position: Array, logdensity: Array, grad: Array) -> Bool[Array, ""]:
-    """A chain whose statistics can enter an ensemble mean (x² included)."""
-    return (
-        jnp.isfinite(logdensity)
-        & jnp.all(jnp.isfinite(grad))
-        & jnp.all(jnp.isfinite(position * position))
-    )
 
 
 def _mean(x: Array, axis: int = -1) -> Array:
@@ -434,7 +426,7 @@ class LAPS(Adaptation):
             integrator=self.burn_in_integrator,
         )
         tick(c.t)
-        was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
+        was_healthy = is_healthy(c.state)
         state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, c.t))
         x, g = state.position, state.grad
         x2 = x * x
@@ -610,7 +602,7 @@ class LAPS(Adaptation):
     ) -> tuple[_Phase2, tuple[Array, Array, Array | None]]:
         kernel = kernel_for(jnp.exp(c.log_step_size))
         tick(self.num_steps1 + t)  # the bar counts phase 1's whole length
-        was_healthy = _healthy(c.state.position, c.state.logdensity, c.state.grad)
+        was_healthy = is_healthy(c.state)
         state, info = step_chain(kernel, logdensity, c.state, random.fold_in(key, t))
         means, bad = finite_chain_mean(
             {"acceptance": info.acceptance_rate, "x2": state.position * state.position}
@@ -683,7 +675,7 @@ class LAPS(Adaptation):
         position = p1.state.position
         restarted = jnp.int32(0)
         if self.restart_diverged:
-            healthy = _healthy(position, p1.state.logdensity, p1.state.grad)
+            healthy = is_healthy(p1.state)
             position, restarted = self._restart(position, healthy)
 
         name, target = self.phase2_settings(dim)
