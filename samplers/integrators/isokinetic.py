@@ -138,19 +138,23 @@ def isokinetic_velocity_update(
     g_norm = jnp.linalg.norm(g)
     # A zero gradient must leave u untouched rather than produce 0/0.
     e = g / jnp.where(g_norm > 0, g_norm, 1.0)
-    c = jnp.dot(e, velocity)
+    # 1 + c and 1 - c from the vectors themselves (|e +- u|^2 = 2 +- 2c): computed as
+    # 1 + jnp.dot(e, u) they cancel to 0 when u is nearly -e, and with exp(-2 delta)
+    # underflowed the update became 0/0 (a NaN proposal, seen as rare divergences in 2-D).
+    a = 0.5 * jnp.sum((e + velocity) ** 2)  # 1 + c
+    b = 0.5 * jnp.sum((e - velocity) ** 2)  # 1 - c
     delta = step_size * g_norm / (dim - 1)
-    # Written with exp(-delta) so large delta does not overflow cosh/sinh: multiply the
-    # numerator and denominator of the exact update by 2 exp(-delta).
+    # The exact update multiplied through by 2 exp(-delta), so large delta cannot overflow
+    # cosh/sinh; (1 - q^2) + c (1 - q)^2 = (1 - q)(a + q b) keeps the e-term accurate.
     q = jnp.exp(-delta)
-    q2 = q * q
-    numerator = 2.0 * q * velocity + e * ((1.0 - q2) + c * (1.0 - q) ** 2)
-    denominator = (1.0 + c) + (1.0 - c) * q2
-    new_velocity = numerator / denominator
-    # Renormalise: the exact map has |u| = 1; this stops round-off from accumulating.
-    new_velocity = new_velocity / jnp.linalg.norm(new_velocity)
-    # (d - 1) log(cosh delta + c sinh delta) = (d - 1) (delta + log(denominator / 2)).
-    kinetic_change = (dim - 1) * (delta + jnp.log(denominator) - math.log(2.0))
+    numerator = 2.0 * q * velocity + e * ((1.0 - q) * (a + q * b))
+    # Renormalise: the exact map has |u| = 1; this stops round-off from accumulating. A zero
+    # numerator (u exactly -e, everything underflowed) is the flow's fixed point: keep u.
+    norm = jnp.linalg.norm(numerator)
+    new_velocity = jnp.where(norm > 0, numerator / jnp.where(norm > 0, norm, 1.0), velocity)
+    # (d - 1) log(cosh delta + c sinh delta) = (d - 1) (delta + log((a + b q^2) / 2)).
+    log_denominator = jnp.logaddexp(jnp.log(a), jnp.log(b) - 2.0 * delta)
+    kinetic_change = (dim - 1) * (delta + log_denominator - math.log(2.0))
     return new_velocity, kinetic_change
 
 

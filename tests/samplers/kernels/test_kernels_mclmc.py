@@ -93,6 +93,32 @@ def test_velocity_update_solves_the_isokinetic_ode_and_keeps_unit_norm():
         np.testing.assert_allclose(jnp.linalg.norm(new_u), 1.0, atol=1e-6)
 
 
+@pytest.mark.parametrize("dim", [2, 10])
+def test_velocity_flow_against_the_gradient_stays_finite_and_exact(dim):
+    """u (almost) opposite to the whitened gradient with a large delta, in float32: the case
+    where 1 + u.e cancels and exp(-2 delta) underflows. The update used to be 0/0 there (a
+    NaN proposal, i.e. a spurious divergence: ~3 per million banana steps in 2-D)."""
+    e = jnp.zeros(dim, jnp.float32).at[0].set(1.0)
+    grad = 80.0 * e  # delta = step * |g| / (d - 1)
+    step = 2.0 * (dim - 1)  # delta = 160: exp(-2 delta) is 0 in float32
+    delta = step * 80.0 / (dim - 1)
+    # Exactly opposite: the flow's fixed point, and the kinetic change is -(d - 1) delta.
+    u, dk = iso.isokinetic_velocity_update(-e, grad, step)
+    np.testing.assert_array_equal(u, -e)
+    np.testing.assert_allclose(dk, -(dim - 1) * delta, rtol=1e-6)
+    # 1e-4 rad away (c rounds to -1 in float32): the exact flow turns u to +e, and
+    # (d - 1) log(cosh delta + c sinh delta) = (d - 1) (delta + log((1 + c) / 2)) to float32
+    # accuracy, with 1 + c = 2 sin^2(angle / 2) from float64.
+    angle = 1e-4
+    u0 = jnp.zeros(dim, jnp.float32).at[0].set(-math.cos(angle)).at[1].set(math.sin(angle))
+    assert float(jnp.dot(u0, e)) == -1.0  # the cancelling case
+    u, dk = iso.isokinetic_velocity_update(u0, grad, step)
+    np.testing.assert_allclose(u, e, atol=1e-6)
+    one_plus_c = 2.0 * math.sin(angle / 2) ** 2
+    expected = (dim - 1) * (delta + math.log(one_plus_c / 2))
+    np.testing.assert_allclose(dk, expected, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name,grads", [("leapfrog", 1), ("mclachlan", 2), ("omelyan", 4)])
 def test_integrators_keep_unit_velocity_and_count_gradients(name, grads):
     integrator = iso.get_integrator(name)
