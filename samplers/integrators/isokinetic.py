@@ -138,16 +138,18 @@ def isokinetic_velocity_update(
     g_norm = jnp.linalg.norm(g)
     # A zero gradient must leave u untouched rather than produce 0/0.
     e = g / jnp.where(g_norm > 0, g_norm, 1.0)
-    # 1 + c and 1 - c from the vectors themselves (|e +- u|^2 = 2 +- 2c): computed as
-    # 1 + jnp.dot(e, u) they cancel to 0 when u is nearly -e, and with exp(-2 delta)
-    # underflowed the update became 0/0 (a NaN proposal, seen as rare divergences in 2-D).
-    a = 0.5 * jnp.sum((e + velocity) ** 2)  # 1 + c
-    b = 0.5 * jnp.sum((e - velocity) ** 2)  # 1 - c
+    # 1 + c and 1 - c from the vectors themselves (|e +- u|^2 = 2 +- 2c) for the kinetic
+    # change: as 1 + jnp.dot(e, u) they cancel to 0 when u is nearly -e, and with
+    # exp(-2 delta) underflowed the update was 0/0 (a NaN proposal: rare 2-D divergences).
+    plus, minus = e + velocity, e - velocity
+    a = 0.5 * jnp.dot(plus, plus)  # 1 + c
+    b = 0.5 * jnp.dot(minus, minus)  # 1 - c
     delta = step_size * g_norm / (dim - 1)
     # The exact update multiplied through by 2 exp(-delta), so large delta cannot overflow
-    # cosh/sinh; (1 - q^2) + c (1 - q)^2 = (1 - q)(a + q b) keeps the e-term accurate.
+    # cosh/sinh. (Its e-term equals (1 - q)(a + q b), which stays accurate as c -> -1, but
+    # that form broke bitwise device-count invariance on jax 0.12: XLA fuses it per program.)
     q = jnp.exp(-delta)
-    numerator = 2.0 * q * velocity + e * ((1.0 - q) * (a + q * b))
+    numerator = 2.0 * q * velocity + e * ((1.0 - q * q) + jnp.dot(e, velocity) * (1.0 - q) ** 2)
     # Renormalise: the exact map has |u| = 1; this stops round-off from accumulating. A zero
     # numerator (u exactly -e, everything underflowed) is the flow's fixed point: keep u.
     norm = jnp.linalg.norm(numerator)
