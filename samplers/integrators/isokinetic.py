@@ -138,12 +138,13 @@ def isokinetic_velocity_update(
     g_norm = jnp.linalg.norm(g)
     # A zero gradient must leave u untouched rather than produce 0/0.
     e = g / jnp.where(g_norm > 0, g_norm, 1.0)
-    # 1 + c and 1 - c from the vectors themselves (|e +- u|^2 = 2 +- 2c) for the kinetic
-    # change: as 1 + jnp.dot(e, u) they cancel to 0 when u is nearly -e, and with
-    # exp(-2 delta) underflowed the update was 0/0 (a NaN proposal: rare 2-D divergences).
-    plus, minus = e + velocity, e - velocity
+    # 1 + c from the vectors themselves (|e + u|^2 = 2 + 2c) for the kinetic change: as
+    # 1 + jnp.dot(e, u) it cancels to 0 when u is nearly -e, and with exp(-2 delta)
+    # underflowed the update was 0/0 (a NaN proposal: rare 2-D divergences). 1 - c = 2 - a
+    # is accurate wherever it is not negligible beside a.
+    plus = e + velocity
     a = 0.5 * jnp.dot(plus, plus)  # 1 + c
-    b = 0.5 * jnp.dot(minus, minus)  # 1 - c
+    b = jnp.maximum(2.0 - a, 0.0)  # 1 - c
     delta = step_size * g_norm / (dim - 1)
     # The exact update multiplied through by 2 exp(-delta), so large delta cannot overflow
     # cosh/sinh. (Its e-term equals (1 - q)(a + q b), which stays accurate as c -> -1, but
