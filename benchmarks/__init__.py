@@ -30,6 +30,8 @@ Benchmarks (``BENCHMARKS``: name -> (default device counts, description)):
   tempered SMC (time per particle-mutation, log Z error and its spread over seeds).
 * ``workflow``: a NumPyro user's job end to end (fresh process, a NumPyro model):
   samplers.run (NUTS + WindowAdaptation) vs NumPyro's NUTS, cache cold and warm, at equal ESS.
+* ``step_parts``: where a ``samplers.run`` step's time goes on an accelerator (moments,
+  trace, fixed-order sums switched off one at a time; a probe of the driver's internals).
 
 The peers (``pip install 'ensemblenn[bench]'``) are optional: a benchmark whose peer is not
 installed prints a ``skipped`` line for it and still runs our side.
@@ -51,6 +53,7 @@ BENCHMARKS: dict[str, tuple[tuple[int, ...], str]] = {
     "kernels": ((1,), "XLA kernels per step: samplers.run vs the bare kernel scan (from HLO)"),
     "smc": ((4,), "SMC: resampling per scheme; samplers.SMC vs BlackJAX tempered SMC"),
     "workflow": ((4,), "a NumPyro model end to end, fresh process: ours vs NumPyro NUTS"),
+    "step_parts": ((1,), "where a samplers.run step's time goes: parts switched off one by one"),
 }
 
 __all__ = ["BENCHMARKS"]

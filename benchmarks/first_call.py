@@ -95,7 +95,8 @@ def _spawn(args: argparse.Namespace, impl: str, cache: str | None) -> dict:
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{impl} child failed: {proc.stderr.strip().splitlines()[-1:]}")
+        errors = [line for line in proc.stderr.strip().splitlines() if "Error" in line]
+        raise RuntimeError(f"{impl} child failed: {errors[-3:] or proc.stderr[-500:]}")
     return json.loads([line for line in proc.stdout.splitlines() if line.startswith('{"child"')][0])
 
 
@@ -103,7 +104,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.child:
         _child(args)
         return []
-    print_machine(BENCH)
+    # The machine line comes after the children: on a TPU the process that first opens the
+    # chip holds it, and a child would then fail to start.
     repeats = args.repeats or (1 if args.smoke else 3)
     impls = ["ensemblenn"]
     records: list[dict] = []
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     timings[impl, cache].append(
                         _spawn(args, impl, caches[impl] if cache == "warm" else None)
                     )
+    print_machine(BENCH)
     summary = {}
     for (impl, cache), runs in timings.items():
         walls = [r["wall"] for r in runs]

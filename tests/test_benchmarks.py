@@ -33,6 +33,7 @@ OURS = {
     "first_call": ["ensemblenn"],
     "accelerator": ["run (defaults)", "run (bitwise)", "bare ensemble_map(scan)"],
     "kernels": None,
+    "step_parts": None,
 }
 PEERS = {
     "laps": {"blackjax": "blackjax"},
