@@ -106,7 +106,11 @@ def chunk(
     # One row per kept draw, and a scratch row: every step writes its row at the next free
     # slot, which only a kept draw claims (the next step overwrites any other), so the
     # write needs no read of the buffer and no select. The caller keeps the claimed rows.
-    draws = jnp.zeros((config.capacity // config.thin + 1, width), carry.state.position.dtype)
+    # Flat, reshaped once after the loop: a TPU tiles the last two axes of a batched
+    # `(chains, rows, width)` buffer in (8, 128), so writing one row of every chain touched
+    # a sublane of each chain's tile (~260-370 µs of a 16384-chain step, benchmarks §15);
+    # in `(chains, rows * width)` a row of 8 chains lies in one or two tiles.
+    draws = jnp.zeros(((config.capacity // config.thin + 1) * width,), carry.state.position.dtype)
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
     def kept_before(t: Array) -> Array:
@@ -150,8 +154,7 @@ def chunk(
             # (capacity is a multiple of thin), so the slice's clamping never acts and it
             # needs no bounds check, which a scatter (`.at[].set`) would add.
             slot = kept_before(t) - kept_before(start)
-            row = trace_row(state, info)[None]
-            draws = jax.lax.dynamic_update_slice(draws, row, (slot, jnp.zeros_like(slot)))
+            draws = jax.lax.dynamic_update_slice(draws, trace_row(state, info), (slot * width,))
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(
@@ -166,6 +169,6 @@ def chunk(
     chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
     return (
         carry,
-        draws if config.keep_trace else None,
+        draws.reshape(-1, width) if config.keep_trace else None,
         (chunk_acceptance, bias if config.track_bias else None),
     )
