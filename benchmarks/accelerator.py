@@ -112,14 +112,16 @@ def _calls(kind: str, target: str, chains: int, steps: int, paths: list[str]) ->
     x0 = jax.random.normal(jax.random.key(0), (chains, dim)) * jnp.sqrt(metric)
     calls: dict[str, Any] = {}
 
-    def run(block: Any) -> Any:
+    def run(block: Any, **options: Any) -> Any:
         return lambda: samplers.run(
             ours, logdensity, x0, key=jax.random.key(1), num_steps=steps, progress=False,
-            block_size=block,
+            block_size=block, **options,
         ).state.position  # fmt: skip
 
     if "defaults" in paths:
         calls["run (defaults)"] = run(None)
+    if "trace off" in paths:  # benchmarks step_parts: the defaults without the trace
+        calls["run, trace off (thin=0)"] = run(None, thin=0)
     if "bitwise" in paths:
         calls["run (bitwise)"] = run("auto")
     if "bare" in paths:

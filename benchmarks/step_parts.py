@@ -19,14 +19,12 @@ calls after a compiling one. Meant for a lent accelerator machine; it runs on a 
 import argparse
 import contextlib
 import statistics
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 import ensemblenn as enn
-import samplers
 
 from . import accelerator
 from ._common import emit, print_machine
@@ -61,18 +59,6 @@ def _patched(obj: Any, name: str, value: Any) -> Any:
         jax.clear_caches()
 
 
-def _time(fn: Any, repeats: int) -> tuple[float, float, float]:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return first, min(times), statistics.median(times)
-
-
 def run(args: argparse.Namespace) -> list[dict]:
     import warnings
 
@@ -84,10 +70,11 @@ def run(args: argparse.Namespace) -> list[dict]:
     steps = 20 if args.smoke else args.steps
     records: list[dict] = []
 
-    def record(sampler: str, variant: str, fn: Any, per: int = steps) -> None:
-        first, best, median = _time(fn, args.repeats)
+    def record(sampler: str, variant: str, fn: Any) -> None:
+        first, times = accelerator._timed(fn, args.repeats)
         emit(dict(benchmark=BENCH, sampler=sampler, chains=chains, variant=variant,
-                  step_us=best / per * 1e6, step_us_median=median / per * 1e6, first_s=first,
+                  step_us=min(times) / steps * 1e6,
+                  step_us_median=statistics.median(times) / steps * 1e6, first_s=first,
                   backend=jax.default_backend()), records)  # fmt: skip
 
     x = jax.random.normal(jax.random.key(0), (chains, 100))
@@ -106,20 +93,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         return jnp.sum(r**2 / jnp.asarray(metric, r.dtype))
 
     for kind in ("mala", "hmc"):
-        calls = accelerator._calls(kind, "gauss100", chains, steps, ["defaults", "bare"])
-        logdensity, metric, step = accelerator._target("gauss100")
-        ours, _ = accelerator._kernels(kind, logdensity, metric, step)
-        x0 = jax.random.normal(jax.random.key(0), (chains, 100)) * jnp.sqrt(metric)
-
-        def run_call(**kw: Any) -> Any:
-            return lambda: samplers.run(
-                ours, logdensity, x0, key=jax.random.key(1), num_steps=steps, progress=False,
-                **kw,
-            ).state.position  # fmt: skip
-
-        record(kind, "bare ensemble_map(scan)", calls["bare ensemble_map(scan)"])
-        record(kind, "run (defaults)", run_call())
-        record(kind, "run, trace off (thin=0)", run_call(thin=0))
+        paths = ["bare", "defaults", "trace off"]
+        for variant, fn in accelerator._calls(kind, "gauss100", chains, steps, paths).items():
+            record(kind, variant, fn)
         if kind == "mala":
             with _patched(mala_module, "_inverse_quadratic", plain_quadratic):
                 calls = accelerator._calls(kind, "gauss100", chains, steps, ["bare"])
