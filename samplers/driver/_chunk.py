@@ -14,6 +14,7 @@ from .. import diagnostics as diag
 from .. import random
 from ..kernels import Logdensity, Sampler, step_chain
 from ._moments import StreamingSums
+from ._slices import update_slice
 
 TRACE_STATS = (
     ("diverging", "is_divergent"),
@@ -152,9 +153,10 @@ def chunk(
             # counter carried, no select, no read, and no cond (on a GPU a cond sends its
             # predicate to the host every step). The slot never passes the scratch row
             # (capacity is a multiple of thin), so the slice's clamping never acts and it
-            # needs no bounds check, which a scatter (`.at[].set`) would add.
+            # needs no bounds check, which a scatter (`.at[].set`, or what `jax.vmap` makes
+            # of a dynamic-update-slice: hence `update_slice`) would add.
             slot = kept_before(t) - kept_before(start)
-            draws = jax.lax.dynamic_update_slice(draws, trace_row(state, info), (slot * width,))
+            draws = update_slice(draws, trace_row(state, info), (slot * width,))
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(
