@@ -47,7 +47,8 @@ class HMC(Sampler):
     optax schedule of the step count.
 
     Attributes:
-        step_size: the leapfrog step.
+        step_size: the leapfrog step; None leaves it to `samplers.run`'s adaptation (as
+            for `NUTS` and `MALA`, whose step size may be left out).
         num_integration_steps: leapfrog steps per transition (the trajectory length is
             `step_size * num_integration_steps`); rounded to an integer, at least 1.
         inverse_mass_matrix: `M^{-1}`, scalar, `(dim,)` or `(dim, dim)`.
@@ -72,7 +73,7 @@ class HMC(Sampler):
 
     default_target_acceptance: ClassVar[float] = 0.8
 
-    step_size: Hyper = hyperparameter(positive=True)
+    step_size: Hyper = hyperparameter(positive=True, tuned=True)
     num_integration_steps: Hyper = hyperparameter(positive=True, integer=True)
     inverse_mass_matrix: Hyper = hyperparameter(positive=True, shape="metric", default=1.0)
     jitter: bool = eqx.field(static=True, default=True)

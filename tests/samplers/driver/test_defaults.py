@@ -4,6 +4,8 @@ tunes (`samplers.NUTS()`), starting points drawn from the target (`positions=Non
 Left out where nothing can fill it in, each is the library's error naming the argument,
 with a `fix:` line, before anything compiles."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,14 @@ KEY = jax.random.key(3)
 QUIET = dict(progress=False)
 
 
-@pytest.mark.parametrize("kernel", [samplers.NUTS, samplers.MALA, samplers.RandomWalk])
+HMC_UNSET = functools.partial(samplers.HMC, step_size=None, num_integration_steps=4)
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [samplers.NUTS, samplers.MALA, samplers.RandomWalk, HMC_UNSET],
+    ids=["NUTS", "MALA", "RandomWalk", "HMC"],
+)
 def test_an_adaptation_tunes_an_unset_step_size(kernel):
     assert kernel().unset_hyperparameters() == ("step_size",)
     result = samplers.run(kernel(), TARGET, jnp.zeros((16, 3)), key=KEY, num_steps=20,
@@ -31,13 +40,16 @@ def test_an_adaptation_tunes_an_unset_step_size(kernel):
     np.testing.assert_array_equal(by_hand.sampler.step_size, tuned)
 
 
-def test_an_unset_step_size_without_adaptation_is_refused_before_compiling():
+@pytest.mark.parametrize("kernel", [samplers.NUTS, HMC_UNSET], ids=["NUTS", "HMC"])
+def test_an_unset_step_size_without_adaptation_is_refused_before_compiling(kernel):
     positions = jnp.zeros((8, 3))  # built outside the count: creating it may compile
+    name = type(kernel()).__name__
     with counting() as compiles, pytest.raises(samplers.SamplerError) as err:
-        samplers.run(samplers.NUTS(), TARGET, positions, key=KEY, num_steps=10, **QUIET)
+        samplers.run(kernel(), TARGET, positions, key=KEY, num_steps=10, **QUIET)
     assert compiles.names == []
     message = str(err.value)
-    assert "NUTS.step_size is not set" in message and "fix: samplers.NUTS(step_size=" in message
+    assert f"{name}.step_size is not set" in message
+    assert f"fix: samplers.{name}(step_size=" in message
     assert "adaptation=samplers.WindowAdaptation()" in message
 
 
