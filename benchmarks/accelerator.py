@@ -122,6 +122,8 @@ def _calls(kind: str, target: str, chains: int, steps: int, paths: list[str]) ->
         calls["run (defaults)"] = run(None)
     if "trace off" in paths:  # benchmarks step_parts: the defaults without the trace
         calls["run, trace off (thin=0)"] = run(None, thin=0)
+    if "thin=1" in paths:  # benchmarks step_parts: every draw kept
+        calls["run, thin=1"] = run(None, thin=1)
     if "bitwise" in paths:
         calls["run (bitwise)"] = run("auto")
     if "bare" in paths:

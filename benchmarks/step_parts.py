@@ -6,14 +6,25 @@ lean, they are not a mode a user can choose):
 
 * `trace off`: `thin=0` (the public option: no draws kept);
 * `plain sums`: the bare MALA scan with its proposal density summed by `jnp.sum` instead of
-  `enn.ordered_sum` (patched in the bare kernel only: `samplers.run` keeps its compiled
-  programs, so a patch does not reach them; a first try at patching the moments there
-  timed the unpatched program);
+  `enn.ordered_sum`;
+* `jax.random draws`: the bare MALA scan drawing through `jax.random` instead of
+  `samplers.random` (the same numbers, another lowering);
+* `no rounding`: the bare MALA scan with `enn.rounded` an identity (no FMA guard);
+* `plain`: all three of the above at once, the closest to BlackJAX's MALA;
+* `guards everywhere`: `enn.rounded` / `enn.ordered_sum` guarding bits without a
+  `block_size` too (as they did before they acted only where bits are promised);
+* `row written by vmap's scatter`: `samplers.run` writing its trace row with a plain
+  `lax.dynamic_update_slice`, which `jax.vmap` turns into a clipped scatter (as the driver
+  did before its batched write);
+* `rows without statistics` / `thin=1`: `samplers.run` with trace rows of the position and
+  zeros (the statistics left out of the row), or with every draw kept (no scratch row);
 * `ordered_sum` / `jnp.sum` rows time the two sums alone on `(chains, 100)`.
 
-Variants run one after another (a patch changes what a cached trace would have compiled,
-so JAX's caches are cleared between them), each the minimum and median of `--repeats`
-calls after a compiling one. Meant for a lent accelerator machine; it runs on a CPU too.
+Variants run one after another (a patch of a module's function changes what a cached
+trace would have compiled, so JAX's caches are cleared between them; JAX's persistent
+cache is keyed by the program, so it holds each variant apart), each the minimum and
+median of `--repeats` calls after a compiling one. Meant for a lent accelerator machine;
+it runs on a CPU too.
 """
 
 import argparse
@@ -48,21 +59,91 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def _patched(obj: Any, name: str, value: Any) -> Any:
-    old = getattr(obj, name)
-    setattr(obj, name, value)
+def _patched(*patches: tuple[Any, str, Any]) -> Any:
+    """`setattr(obj, name, value)` for each patch, undone on exit; JAX's caches cleared on
+    both sides (and the persistent cache is keyed by the program, which a patch changes)."""
+    old = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    for obj, name, value in patches:
+        setattr(obj, name, value)
     jax.clear_caches()
     try:
         yield
     finally:
-        setattr(obj, name, old)
+        for obj, name, value in old:
+            setattr(obj, name, value)
         jax.clear_caches()
+
+
+def _jax_random() -> list[tuple[Any, str, Any]]:
+    """`samplers.random`'s draws through `jax.random` (the same numbers)."""
+    import samplers
+
+    names = ("fold_in", "split", "uniform", "normal", "bernoulli", "randint")
+    return [(samplers.random, name, getattr(jax.random, name)) for name in names]
+
+
+def _no_rounding() -> list[tuple[Any, str, Any]]:
+    """`enn.rounded` an identity, also where `enn.ordered_sum` calls it (a private module:
+    this is a probe)."""
+    from ensemblenn import _collectives
+
+    return [(enn, "rounded", lambda x: x), (_collectives, "_round", lambda x: x)]
+
+
+def _guards_everywhere() -> list[tuple[Any, str, Any]]:
+    """The rounding guards acting in every frame, as before they were limited to frames
+    that promise bits (a private function: this is a probe)."""
+    from ensemblenn import _collectives
+
+    return [(_collectives, "_bits_promised", lambda: True)]
+
+
+def _plain_quadratic(r: Any, metric: Any) -> Any:
+    return jnp.sum(r**2 / jnp.asarray(metric, r.dtype))
+
+
+def _statistics_left_out(state: Any, info: Any) -> Any:
+    from samplers.driver import _chunk
+
+    position = state.position
+    return jnp.concatenate([position, jnp.zeros(len(_chunk.TRACE_STATS), position.dtype)])
+
+
+def _scatter_write(buffer: Any, row: Any, start: Any) -> Any:
+    return jax.lax.dynamic_update_slice(buffer, row, start)  # vmap makes it a scatter
+
+
+def _ablations(kind: str) -> list[tuple[str, str, list]]:
+    """`(row, path of accelerator._calls, patches)` for one sampler, after its plain rows."""
+    from samplers.driver import _chunk
+    from samplers.kernels import mala as mala_module
+
+    plain_sums = [(mala_module, "_inverse_quadratic", _plain_quadratic)]
+    rows = []
+    if kind == "mala":
+        rows += [
+            ("bare, plain sums", "bare", plain_sums),
+            ("bare, jax.random draws", "bare", _jax_random()),
+            ("bare, no rounding", "bare", _no_rounding()),
+            ("bare, plain (all three)", "bare", plain_sums + _jax_random() + _no_rounding()),
+            ("bare, guards everywhere", "bare", _guards_everywhere()),
+        ]
+    scatter = [(_chunk, "update_slice", _scatter_write)]
+    rows += [
+        ("run, guards everywhere", "defaults", _guards_everywhere()),
+        ("run, row written by vmap's scatter", "defaults", scatter),
+    ]
+    if kind == "hmc":
+        rows += [
+            ("run, rows without statistics", "defaults",
+             [(_chunk, "trace_row", _statistics_left_out)]),
+            ("run, thin=1", "thin=1", []),
+        ]  # fmt: skip
+    return rows
 
 
 def run(args: argparse.Namespace) -> list[dict]:
     import warnings
-
-    from samplers.kernels import mala as mala_module
 
     warnings.simplefilter("ignore")
     print_machine(BENCH)
@@ -89,15 +170,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 
         record("sum of 100", name, lambda: sums(x))
 
-    def plain_quadratic(r: Any, metric: Any) -> Any:
-        return jnp.sum(r**2 / jnp.asarray(metric, r.dtype))
-
     for kind in ("mala", "hmc"):
-        paths = ["bare", "defaults", "trace off"]
+        paths = ["bare", "defaults", "trace off", "blackjax"]
         for variant, fn in accelerator._calls(kind, "gauss100", chains, steps, paths).items():
             record(kind, variant, fn)
-        if kind == "mala":
-            with _patched(mala_module, "_inverse_quadratic", plain_quadratic):
-                calls = accelerator._calls(kind, "gauss100", chains, steps, ["bare"])
-                record(kind, "bare, plain sums", calls["bare ensemble_map(scan)"])
+        for variant, path, patches in _ablations(kind):
+            with _patched(*patches):
+                (fn,) = accelerator._calls(kind, "gauss100", chains, steps, [path]).values()
+                record(kind, variant, fn)
     return records
