@@ -10,7 +10,10 @@ the minimum and median of `--repeats` interleaved calls), per step:
 * `run (bitwise)`: `samplers.run(..., block_size="auto")` (blocks of `num_chains // 8`),
   the same bits on any device count;
 * `bare`: `enn.ensemble_map` of a `lax.scan` of `kernel.step` (no driver);
-* `blackjax`: `jax.jit` of a `lax.scan` of `jax.vmap(kernel.step)` (BlackJAX 1.x).
+* `blackjax`: `jax.jit` of a `lax.scan` of `jax.vmap(kernel.step)` (BlackJAX 1.x);
+* `blackjax kept`: the same scan keeping every `thin`-th position as the scan's outputs,
+  `thin` as `samplers.run`'s defaults choose it: the same draws kept on both sides (the
+  defaults keep a trace; the plain `blackjax` row keeps none).
 
 `ratio` is each row's minimum over BlackJAX's (or over the bare scan's when BlackJAX is not
 installed). No row is a timed assertion; the page docs/benchmarks.md records the figures.
@@ -52,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", default=None, help=f"sampler:target:chains,... ({ROWS_CPU})")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--paths", default="defaults,bitwise,bare,blackjax")
+    p.add_argument("--paths", default="defaults,bitwise,bare,blackjax,blackjax kept")
 
 
 def _target(name: str) -> tuple[Any, Any, float]:
@@ -140,17 +143,57 @@ def _calls(kind: str, target: str, chains: int, steps: int, paths: list[str]) ->
         keys = enn.chain_keys(jax.random.key(1), chains)
         calls["bare ensemble_map(scan)"] = lambda: bare(x0, keys)
     if "blackjax" in paths and bj is not None:
-        start = jax.vmap(bj.init)(x0)
-
-        @jax.jit
-        def bj_run(state: Any, key: Any) -> Any:
-            def body(s: Any, k: Any) -> Any:
-                return jax.vmap(bj.step)(jax.random.split(k, chains), s)[0], None
-
-            return jax.lax.scan(body, state, jax.random.split(key, steps))[0].position
-
-        calls["blackjax vmap"] = lambda: bj_run(start, jax.random.key(1))
+        calls["blackjax vmap"] = _blackjax(bj, x0, steps)
+    if "blackjax kept" in paths and bj is not None:
+        calls["blackjax vmap, draws kept"] = _blackjax_kept(bj, x0, steps)
     return calls
+
+
+def _blackjax(bj: Any, x0: Any, steps: int) -> Any:
+    """BlackJAX's scan of `vmap(step)`, keeping the final positions only."""
+    chains = x0.shape[0]
+    start = jax.vmap(bj.init)(x0)
+
+    @jax.jit
+    def run(state: Any, key: Any) -> Any:
+        def body(s: Any, k: Any) -> Any:
+            return jax.vmap(bj.step)(jax.random.split(k, chains), s)[0], None
+
+        return jax.lax.scan(body, state, jax.random.split(key, steps))[0].position
+
+    return lambda: run(start, jax.random.key(1))
+
+
+def _blackjax_kept(bj: Any, x0: Any, steps: int) -> Any:
+    """BlackJAX's scan keeping what `samplers.run`'s defaults keep: every `thin`-th
+    position, `thin` chosen by our rule for the memory budget (a private function: the
+    benchmark must match the library's choice), stacked as the scan's outputs."""
+    from samplers.driver._chunk import TRACE_STATS
+    from samplers.driver._setup import automatic_thin
+
+    chains, dim = x0.shape
+    row_bytes = (dim + len(TRACE_STATS) + 1) * x0.dtype.itemsize
+    thin = max(1, automatic_thin(chains, steps, row_bytes))
+    kept, rest = divmod(steps, thin)
+    start = jax.vmap(bj.init)(x0)
+
+    def one(s: Any, k: Any) -> Any:
+        return jax.vmap(bj.step)(jax.random.split(k, chains), s)[0]
+
+    @jax.jit
+    def run(state: Any, key: Any) -> Any:
+        keys = jax.random.split(key, steps)
+
+        def draw(s: Any, ks: Any) -> Any:
+            s = jax.lax.fori_loop(0, thin, lambda i, s: one(s, ks[i]), s)
+            return s, s.position
+
+        grouped = keys[: kept * thin].reshape(kept, thin, *keys.shape[1:])
+        state, draws = jax.lax.scan(draw, state, grouped)
+        state = jax.lax.fori_loop(0, rest, lambda i, s: one(s, keys[kept * thin + i]), state)
+        return state.position, draws
+
+    return lambda: run(start, jax.random.key(1))
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -165,8 +208,12 @@ def run(args: argparse.Namespace) -> list[dict]:
         rows = "hmc:gauss100:16,mala:gauss100:16"
     paths = [p.strip() for p in args.paths.split(",")]
     records: list[dict] = []
-    if "blackjax" in paths and not have("blackjax"):
-        emit(skipped(BENCH, "blackjax vmap", "blackjax"), records)
+    for path, impl in (
+        ("blackjax", "blackjax vmap"),
+        ("blackjax kept", "blackjax vmap, draws kept"),
+    ):
+        if path in paths and not have("blackjax"):
+            emit(skipped(BENCH, impl, "blackjax"), records)
     for row in rows.split(","):
         kind, target, chains = row.split(":")
         chains = int(chains)

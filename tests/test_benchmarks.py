@@ -42,7 +42,7 @@ PEERS = {
     "hmc": {"blackjax": "blackjax"},
     "hierarchical": {"blackjax": "blackjax"},
     "first_call": {"blackjax": "blackjax"},
-    "accelerator": {"blackjax vmap": "blackjax"},
+    "accelerator": {"blackjax vmap": "blackjax", "blackjax vmap, draws kept": "blackjax"},
 }
 
 
