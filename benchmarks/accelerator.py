@@ -145,35 +145,21 @@ def _calls(kind: str, target: str, chains: int, steps: int, paths: list[str]) ->
     if "blackjax" in paths and bj is not None:
         calls["blackjax vmap"] = _blackjax(bj, x0, steps)
     if "blackjax kept" in paths and bj is not None:
-        calls["blackjax vmap, draws kept"] = _blackjax_kept(bj, x0, steps)
+        calls["blackjax vmap, draws kept"] = _blackjax(bj, x0, steps, keep=True)
     return calls
 
 
-def _blackjax(bj: Any, x0: Any, steps: int) -> Any:
-    """BlackJAX's scan of `vmap(step)`, keeping the final positions only."""
-    chains = x0.shape[0]
-    start = jax.vmap(bj.init)(x0)
-
-    @jax.jit
-    def run(state: Any, key: Any) -> Any:
-        def body(s: Any, k: Any) -> Any:
-            return jax.vmap(bj.step)(jax.random.split(k, chains), s)[0], None
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[0].position
-
-    return lambda: run(start, jax.random.key(1))
-
-
-def _blackjax_kept(bj: Any, x0: Any, steps: int) -> Any:
-    """BlackJAX's scan keeping what `samplers.run`'s defaults keep: every `thin`-th
-    position, `thin` chosen by our rule for the memory budget (a private function: the
-    benchmark must match the library's choice), stacked as the scan's outputs."""
+def _blackjax(bj: Any, x0: Any, steps: int, keep: bool = False) -> Any:
+    """BlackJAX's scan of `vmap(step)`: the final positions, and with `keep` every
+    `thin`-th position stacked as the scan's outputs, `thin` by the rule `samplers.run`'s
+    defaults use for the memory budget (a private function: the benchmark must keep
+    what the library keeps)."""
     from samplers.driver._chunk import TRACE_STATS
     from samplers.driver._setup import automatic_thin
 
     chains, dim = x0.shape
     row_bytes = (dim + len(TRACE_STATS) + 1) * x0.dtype.itemsize
-    thin = max(1, automatic_thin(chains, steps, row_bytes))
+    thin = max(1, automatic_thin(chains, steps, row_bytes)) if keep else steps
     kept, rest = divmod(steps, thin)
     start = jax.vmap(bj.init)(x0)
 
@@ -184,14 +170,14 @@ def _blackjax_kept(bj: Any, x0: Any, steps: int) -> Any:
     def run(state: Any, key: Any) -> Any:
         keys = jax.random.split(key, steps)
 
-        def draw(s: Any, ks: Any) -> Any:
-            s = jax.lax.fori_loop(0, thin, lambda i, s: one(s, ks[i]), s)
-            return s, s.position
+        def group(s: Any, ks: Any) -> Any:
+            s = jax.lax.scan(lambda s, k: (one(s, k), None), s, ks)[0]
+            return s, s.position if keep else None
 
         grouped = keys[: kept * thin].reshape(kept, thin, *keys.shape[1:])
-        state, draws = jax.lax.scan(draw, state, grouped)
-        state = jax.lax.fori_loop(0, rest, lambda i, s: one(s, keys[kept * thin + i]), state)
-        return state.position, draws
+        state, draws = jax.lax.scan(group, state, grouped)
+        state = jax.lax.scan(lambda s, k: (one(s, k), None), state, keys[kept * thin :])[0]
+        return (state.position, draws) if keep else state.position
 
     return lambda: run(start, jax.random.key(1))
 

@@ -11,8 +11,6 @@ lean, they are not a mode a user can choose):
   `samplers.random` (the same numbers, another lowering);
 * `no rounding`: the bare MALA scan with `enn.rounded` an identity (no FMA guard);
 * `plain`: all three of the above at once, the closest to BlackJAX's MALA;
-* `guards everywhere`: `enn.rounded` / `enn.ordered_sum` guarding bits without a
-  `block_size` too (as they did before they acted only where bits are promised);
 * `row written by vmap's scatter`: `samplers.run` writing its trace row with a plain
   `lax.dynamic_update_slice`, which `jax.vmap` turns into a clipped scatter (as the driver
   did before its batched write);
@@ -90,16 +88,6 @@ def _no_rounding() -> list[tuple[Any, str, Any]]:
     return [(enn, "rounded", lambda x: x), (_collectives, "rounded", lambda x: x)]
 
 
-def _guards_everywhere() -> list[tuple[Any, str, Any]]:
-    """The rounding guards acting in every frame, as before they were limited to frames
-    that promise bits (a private function: this is a probe)."""
-    from ensemblenn import _collectives
-
-    if not hasattr(_collectives, "_bits_promised"):  # the guards act everywhere (today)
-        return []
-    return [(_collectives, "_bits_promised", lambda: True)]
-
-
 def _plain_quadratic(r: Any, metric: Any) -> Any:
     return jnp.sum(r**2 / jnp.asarray(metric, r.dtype))
 
@@ -128,13 +116,9 @@ def _ablations(kind: str) -> list[tuple[str, str, list]]:
             ("bare, jax.random draws", "bare", _jax_random()),
             ("bare, no rounding", "bare", _no_rounding()),
             ("bare, plain (all three)", "bare", plain_sums + _jax_random() + _no_rounding()),
-            ("bare, guards everywhere", "bare", _guards_everywhere()),
         ]
     scatter = [(_chunk, "update_slice", _scatter_write)]
-    rows += [
-        ("run, guards everywhere", "defaults", _guards_everywhere()),
-        ("run, row written by vmap's scatter", "defaults", scatter),
-    ]
+    rows.append(("run, row written by vmap's scatter", "defaults", scatter))
     if kind == "hmc":
         rows += [
             ("run, rows without statistics", "defaults",
