@@ -32,6 +32,24 @@ if os.environ.get("ENSEMBLENN_TEST_JAX_CACHE", "on") != "off":
 
 import gc  # noqa: E402
 
+# The modules that take longest (CI's --durations, worker-seconds), handed to the xdist
+# workers first, longest first: a long module started last leaves the other worker idle.
+# The rest keep pytest's order. (xdist's own reordering sorts by number of tests instead.)
+_LONGEST_FIRST = (
+    "tests/test_benchmarks.py",
+    "tests/samplers/models/test_hierarchical.py",
+    "tests/samplers/adaptation/test_window_adaptation.py",
+    "tests/test_docs.py",
+    "tests/samplers/test_cli.py",
+    "tests/samplers/driver/test_bias_tracking.py",
+    "tests/samplers/adaptation/test_laps.py",
+    "tests/samplers/models/test_pytree_models.py",
+    "tests/samplers/adaptation/test_chees_meads.py",
+    "tests/samplers/test_deep_ensembles.py",
+    "tests/samplers/kernels/test_nuts.py",
+    "tests/samplers/checkpoint/test_multiprocess.py",
+)
+
 import pytest  # noqa: E402
 
 
@@ -48,3 +66,13 @@ def _release_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

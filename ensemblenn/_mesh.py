@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -124,13 +125,18 @@ def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
 
 
 def _put(x: Any, sharding: NamedSharding) -> Any:
-    if not isinstance(x, jax.core.Tracer):
-        if (
-            isinstance(x, jax.Array)
-            and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-            and not sharding.is_fully_addressable
-        ):
+    if not isinstance(x, jax.core.Tracer) and not sharding.is_fully_addressable:
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             # Across processes device_put refuses key arrays; their raw data it places.
-            data = jax.device_put(jax.random.key_data(x), sharding)
+            data = _put(jax.random.key_data(x), sharding)
             return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        if isinstance(x, np.ndarray | np.generic) or (
+            isinstance(x, jax.Array) and x.is_fully_addressable
+        ):
+            # Data every process holds whole: each builds its own shards from it, with no
+            # communication (JAX 0.12.1's device_put first checks that the copies agree with
+            # a cross-process all-gather: one collective per placed leaf).
+            host = np.asarray(x)
+            host = host.astype(jax.dtypes.canonicalize_dtype(host.dtype), copy=False)
+            return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
     return jax.device_put(x, sharding)

@@ -50,6 +50,12 @@ def outcome(result):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    jax.__version_info__ >= (0, 12, 1),
+    reason="on JAX 0.12.1 the two CPU processes hang inside their first cross-process "
+    "collective (Gloo), in the chunk program or in device_put's own all-gather check; "
+    "JAX 0.10.2 (CI's lane 1) runs it",
+)
 def test_two_processes_match_one(tmp_path):
     port = dist.free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # 2 devices each
