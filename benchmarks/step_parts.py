@@ -85,7 +85,17 @@ def _no_rounding() -> list[tuple[Any, str, Any]]:
     this is a probe)."""
     from ensemblenn import _collectives
 
-    return [(enn, "rounded", lambda x: x), (_collectives, "rounded", lambda x: x)]
+    return [(enn, "rounded", lambda x: x), (_collectives, "_round", lambda x: x)]
+
+
+def _guards_everywhere() -> list[tuple[Any, str, Any]]:
+    """The rounding guards acting in every frame, as before they were limited to frames
+    that promise bits (a private function: this is a probe)."""
+    from ensemblenn import _collectives
+
+    if not hasattr(_collectives, "_bits_promised"):  # an older main: guards everywhere
+        return []
+    return [(_collectives, "_bits_promised", lambda: True)]
 
 
 def _plain_quadratic(r: Any, metric: Any) -> Any:

@@ -129,21 +129,18 @@ def tree_sum(x: Array) -> Array:
     return x[0]
 
 
-def rounded(x: Array) -> Array:
-    """`x`, rounded to its dtype before any addition sees it.
+def _bits_promised() -> bool:
+    """Whether per-chain arithmetic must come out the same on any device count here:
+    outside `ensemble_map` (the caller's program is not ours to judge), inside one with a
+    `block_size` (the bitwise mode) or inside `batch_invariant` code. An `ensemble_map`
+    without one promises its results to rounding only, and `rounded` / `ordered_sum` are
+    plain arithmetic there."""
+    frame = current_frame()
+    return frame is None or frame.block_size is not None or frame.inside_block
 
-    XLA may contract a multiply into the addition that follows (`a*b + c` as one FMA), and
-    whether it does depends on fusion, hence on the program around it, hence on the number
-    of chains per device. Multiplying by a 1.0 that XLA cannot constant-fold ends the
-    caller's expression in a plain rounding multiply (an FMA of `a * 1.0 + b` equals
-    `a + b` exactly), so what follows sees the same value in every program.
 
-    Example:
-        >>> import jax.numpy as jnp, ensemblenn as enn
-        >>> m1, m2 = jnp.float32(1.5), jnp.float32(3.0)
-        >>> float(m2 - enn.rounded(m1 * m1))  # a variance that no FMA can reorder
-        0.75
-    """
+def _round(x: Array) -> Array:
+    """`rounded`, whatever the frame (the cross-chain sums keep their bits everywhere)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
@@ -154,14 +151,43 @@ def rounded(x: Array) -> Array:
     return x * one
 
 
+def rounded(x: Array) -> Array:
+    """`x`, rounded to its dtype before any addition sees it, where bits are promised.
+
+    XLA may contract a multiply into the addition that follows (`a*b + c` as one FMA), and
+    whether it does depends on fusion, hence on the program around it, hence on the number
+    of chains per device. Multiplying by a 1.0 that XLA cannot constant-fold ends the
+    caller's expression in a plain rounding multiply (an FMA of `a * 1.0 + b` equals
+    `a + b` exactly), so what follows sees the same value in every program.
+
+    The guard acts outside `ensemble_map`, inside one with a `block_size` (the bitwise
+    mode) and in `enn.batch_invariant` code. Inside an `ensemble_map` without one, whose
+    results are the same to rounding only, it returns `x` untouched: the guard ends a
+    fusion, so `x` makes a trip through memory, which on an accelerator is most of a cheap
+    step (a MALA step at 16384 chains on a TPU v5e: 270 µs guarded, 78.5 µs not, with
+    `ordered_sum` likewise; docs/benchmarks.md §15).
+
+    Example:
+        >>> import jax.numpy as jnp, ensemblenn as enn
+        >>> m1, m2 = jnp.float32(1.5), jnp.float32(3.0)
+        >>> float(m2 - enn.rounded(m1 * m1))  # a variance that no FMA can reorder
+        0.75
+    """
+    x = jnp.asarray(x)
+    return _round(x) if _bits_promised() else x
+
+
 def ordered_sum(x: Array, axis: int = -1) -> Array:
-    """Sum along `axis` in one fixed order, the same in every program.
+    """Sum along `axis` in one fixed order, the same in every program, where bits are
+    promised (as for `enn.rounded`: outside `ensemble_map`, inside one with a
+    `block_size`, in `enn.batch_invariant` code); elsewhere `jnp.sum`.
 
     `jnp.sum`'s association order is XLA's choice and changes with the batch shape (the
     number of chains per device) and fusion. This sums a balanced binary tree over the
     axis (padded with zeros to a power of two) after `enn.rounded`, so per-chain
     statistics such as a mean over dimensions come out bitwise the same on any device
-    count. Slower than `jnp.sum` for long axes; use it where bits matter (hyperparameters).
+    count. Slower than `jnp.sum` for long axes (on a TPU v5e, 28 against 11 µs for 16384
+    sums of 100), hence `jnp.sum` where the results are promised to rounding only.
 
     Example:
         >>> import jax.numpy as jnp, ensemblenn as enn
@@ -170,7 +196,10 @@ def ordered_sum(x: Array, axis: int = -1) -> Array:
         >>> enn.ordered_sum(jnp.ones((2, 3)), axis=0).tolist()
         [2.0, 2.0, 2.0]
     """
-    return tree_sum(jnp.moveaxis(rounded(jnp.asarray(x)), axis, 0))
+    x = jnp.asarray(x)
+    if not _bits_promised():
+        return jnp.sum(x, axis=axis)
+    return tree_sum(jnp.moveaxis(_round(x), axis, 0))
 
 
 def _tree_nodes(start: int, stop: int) -> list[tuple[int, int]]:
@@ -225,7 +254,7 @@ def _sum_by_nodes(local: Array, frame: EnsembleFrame) -> Array:
 def _sum_leaves(tree: PyTree, frame: EnsembleFrame) -> PyTree:
     leaves, treedef = jax.tree.flatten(tree)
     # (num_local, ...) per leaf: the same for every local chain.
-    local = [lax.all_gather(rounded(jnp.asarray(x)), frame.local_axis) for x in leaves]
+    local = [lax.all_gather(_round(x), frame.local_axis) for x in leaves]
     if not _is_pow2(frame.num_local):
         return jax.tree.unflatten(treedef, [_sum_by_nodes(x, frame) for x in local])
     partials = _gather_devices([tree_sum(x) for x in local], frame, tiled=False)

