@@ -93,8 +93,6 @@ def _guards_everywhere() -> list[tuple[Any, str, Any]]:
     that promise bits (a private function: this is a probe)."""
     from ensemblenn import _collectives
 
-    if not hasattr(_collectives, "_bits_promised"):  # an older main: guards everywhere
-        return []
     return [(_collectives, "_bits_promised", lambda: True)]
 
 
