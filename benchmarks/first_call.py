@@ -121,15 +121,17 @@ def run(args: argparse.Namespace) -> list[dict]:
     loads: list[float] = []
     with tempfile.TemporaryDirectory() as folder:
         caches = {impl: str(Path(folder) / impl) for impl in impls}
-        for impl in impls:  # the machine's first run of each side fills its cache
+        # The machine's first run of each side fills its cache, untimed; a smoke run lets its
+        # one cold run fill it instead (an empty folder: still a cold compile).
+        fill = not args.smoke or repeats > 1
+        for impl in impls if fill else ():
             _spawn(args, impl, caches[impl])
         for _ in range(repeats):
             for impl in impls:
                 for cache in ("cold", "warm"):
                     loads.append(os.getloadavg()[0])
-                    timings[impl, cache].append(
-                        _spawn(args, impl, caches[impl] if cache == "warm" else None)
-                    )
+                    used = caches[impl] if cache == "warm" or not fill else None
+                    timings[impl, cache].append(_spawn(args, impl, used))
     print_machine(BENCH)
     summary = {}
     for (impl, cache), runs in timings.items():

@@ -196,12 +196,16 @@ def run(args: argparse.Namespace) -> list[dict]:
         loads: list[float] = []
         with tempfile.TemporaryDirectory() as folder:
             caches = {i: str(Path(folder) / i) for i in impls}
-            for impl in impls:  # fill each side's cache once, untimed
+            # Each side's cache is filled once by an untimed process; a smoke run lets its
+            # one cold process fill it instead (an empty folder: still a cold compile).
+            fill = not args.smoke or repeats > 1
+            for impl in impls if fill else ():
                 _spawn(args, impl, model, caches[impl])
             for _ in range(repeats):
                 for impl in impls:
                     for cache in ("cold", "warm"):
-                        got = _spawn(args, impl, model, caches[impl] if cache == "warm" else None)
+                        folder_used = caches[impl] if cache == "warm" or not fill else None
+                        got = _spawn(args, impl, model, folder_used)
                         runs[impl, cache].append(got)
                         loads.append(os.getloadavg()[0])
         rows = {}

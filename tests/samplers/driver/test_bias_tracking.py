@@ -141,14 +141,15 @@ def test_tracking_changes_no_sampled_bit(name, explicit_mesh):
 
 
 @pytest.mark.parametrize("name", ["laps", "window"])
-def test_the_same_rows_on_one_two_and_four_devices(name):
-    """Device-count invariance of the rows: the 4-device run against 2 and 1 devices."""
+def test_the_same_rows_on_one_and_four_devices(name):
+    """Device-count invariance of the rows: the 4-device run against 1 device (a reduction
+    whose order followed the sharding would already differ there; each device count is a
+    ~25 s compilation, so 2 devices are left to the kernels' own invariance tests)."""
     rows = {}
-    for n in (4, 2, 1):
+    for n in (4, 1):
         mesh = jax.make_mesh((n,), ("chains",), devices=jax.devices()[:n])
         rows[n] = np.asarray(run(name, mesh, block_size="auto")[0].adaptation_bias)
     assert rows[4].shape[0] > 0 and np.all(np.isfinite(rows[4]))
-    np.testing.assert_array_equal(rows[2], rows[4])
     np.testing.assert_array_equal(rows[1], rows[4])
 
 
