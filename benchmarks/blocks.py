@@ -39,8 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", default=None, help="comma-separated (default 64,512)")
     p.add_argument(
         "--blocks",
-        default="none,auto,4,16,64",
-        help="comma-separated block sizes (ints, auto, none)",
+        default=None,
+        help="comma-separated block sizes (ints, auto, none; default none,auto,4,16,64, and "
+        "none,auto,2 with --smoke: each size is a compilation)",
     )
     p.add_argument("--steps", type=int, default=None, help="sampling steps (default 200)")
     p.add_argument("--repeats", type=int, default=None, help="timings per variant")
@@ -64,9 +65,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.chains:
         chain_counts = [int(c) for c in args.chains.split(",")]
     steps, repeats = args.steps or steps, args.repeats or repeats
+    sizes = args.blocks or ("none,auto,2" if args.smoke else "none,auto,4,16,64")
     blocks = [
         {"none": None, "auto": "auto"}[b] if b in ("none", "auto") else int(b)
-        for b in args.blocks.split(",")
+        for b in sizes.split(",")
     ]
     if None not in blocks:
         blocks.insert(0, None)

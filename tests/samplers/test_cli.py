@@ -46,7 +46,28 @@ def cli(*args, timeout=240, **kwargs):
         (["--metric", "full"], "argument --metric: invalid choice: 'full'"),
     ],
 )
-def test_a_bad_argument_is_one_error_line_and_exit_2(args, says):
+def test_a_bad_argument_is_one_error_line_and_exit_2(args, says, capsys):
+    # In this process (a fresh one per case cost ~3 s of imports each); the test below runs
+    # the real command line for an argparse error and for one of ours.
+    try:
+        code = samplers.cli.main(["run", *args])
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--chains", "many"], "argument --chains: invalid int value: 'many'"),
+        (["--chains", "6", "--devices", "4"], "--chains 6 is not a multiple of --devices 4"),
+    ],
+)
+def test_a_bad_argument_exits_the_process_with_2_and_one_line(args, says):
     done = cli(*args, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
