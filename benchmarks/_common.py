@@ -327,6 +327,20 @@ def best_time(fn: Any, *args: Any, repeats: int = 5, number: int = 1) -> tuple[f
 # --- targets -----------------------------------------------------------------------------
 
 
+def fills_cache_untimed(smoke: bool, repeats: int) -> bool:
+    """Whether an untimed process fills each side's compilation cache before the timed
+    cold and warm ones. A smoke run with one repeat skips it: its cold process, given the
+    still-empty folder, compiles everything (a cold figure still) and fills it for the warm
+    one, one process fewer per side."""
+    return not smoke or repeats > 1
+
+
+def cache_for(kind: str, folder: str, filled_untimed: bool) -> str | None:
+    """The cache folder a timed process gets: `folder` when `kind` is "warm", and when no
+    untimed process filled it (the cold one fills it then); otherwise none (cold)."""
+    return folder if kind == "warm" or not filled_untimed else None
+
+
 def cache_dir() -> Path:
     path = Path(
         os.environ.get("ENSEMBLENN_BENCH_CACHE", Path.home() / ".cache" / "ensemblenn-benchmarks")

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from . import laps
-from ._common import emit, have, print_machine, skipped
+from ._common import cache_for, emit, fills_cache_untimed, have, print_machine, skipped
 
 BENCH = "first_call"
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,16 +121,14 @@ def run(args: argparse.Namespace) -> list[dict]:
     loads: list[float] = []
     with tempfile.TemporaryDirectory() as folder:
         caches = {impl: str(Path(folder) / impl) for impl in impls}
-        # The machine's first run of each side fills its cache, untimed; a smoke run lets its
-        # one cold run fill it instead (an empty folder: still a cold compile).
-        fill = not args.smoke or repeats > 1
-        for impl in impls if fill else ():
+        fill = fills_cache_untimed(args.smoke, repeats)
+        for impl in impls if fill else ():  # the machine's first run of each side
             _spawn(args, impl, caches[impl])
         for _ in range(repeats):
             for impl in impls:
                 for cache in ("cold", "warm"):
                     loads.append(os.getloadavg()[0])
-                    used = caches[impl] if cache == "warm" or not fill else None
+                    used = cache_for(cache, caches[impl], fill)
                     timings[impl, cache].append(_spawn(args, impl, used))
     print_machine(BENCH)
     summary = {}

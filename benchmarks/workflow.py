@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import emit, have, print_machine, skipped
+from ._common import cache_for, emit, fills_cache_untimed, have, print_machine, skipped
 
 BENCH = "workflow"
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,16 +196,13 @@ def run(args: argparse.Namespace) -> list[dict]:
         loads: list[float] = []
         with tempfile.TemporaryDirectory() as folder:
             caches = {i: str(Path(folder) / i) for i in impls}
-            # Each side's cache is filled once by an untimed process; a smoke run lets its
-            # one cold process fill it instead (an empty folder: still a cold compile).
-            fill = not args.smoke or repeats > 1
+            fill = fills_cache_untimed(args.smoke, repeats)
             for impl in impls if fill else ():
                 _spawn(args, impl, model, caches[impl])
             for _ in range(repeats):
                 for impl in impls:
                     for cache in ("cold", "warm"):
-                        folder_used = caches[impl] if cache == "warm" or not fill else None
-                        got = _spawn(args, impl, model, folder_used)
+                        got = _spawn(args, impl, model, cache_for(cache, caches[impl], fill))
                         runs[impl, cache].append(got)
                         loads.append(os.getloadavg()[0])
         rows = {}
