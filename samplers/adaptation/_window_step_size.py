@@ -8,23 +8,22 @@ acceptance against step size over the last stage reaches the target.
 
 import math
 import statistics
-from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int
 
 import ensemblenn as enn
 
-from .. import random
-from ..kernels import Logdensity, Sampler, State, resolve, step_chain
+from ..kernels import Sampler, resolve
 from ._base import finite_chain_mean
 from ._dual_averaging import DualAveraging
-from ._restart import is_healthy
 
-__all__ = ["averaging", "heuristic_step_size", "initial_step_size", "step_size_for_target"]
+__all__ = ["HeuristicTrials", "averaging", "initial_step_size", "step_size_for_target"]
 
 _MAX_TRIALS = 12  # step-size heuristic: at most 2^12 = 4096x up or down
+_LOG2 = math.log(2.0)
 
 
 def initial_step_size(sampler: Sampler, given: float | None) -> Float[Array, ""]:
@@ -48,52 +47,56 @@ def averaging(log_step_size: Array) -> DualAveraging:
     )
 
 
-def heuristic_step_size(
-    kernel_at: Callable[[Array], Sampler],
-    logdensity: Logdensity,
-    state: State,
-    log_eps: Float[Array, ""],
-    key: PRNGKeyArray,
-    target: float,
-) -> tuple[Float[Array, ""], Int[Array, ""]]:
-    """Double or halve the step size from `exp(log_eps)` until a trial step's
-    ensemble-mean acceptance crosses the target (trial moves are not kept).
+class HeuristicTrials(eqx.Module):
+    """Where the step-size heuristic stands: it doubles or halves the step size from
+    `exp(log_eps)` until a trial step's ensemble-mean acceptance crosses the target (trial
+    moves are not kept). The caller runs the trials (`candidate` is the next trial's log
+    step size, `after` takes its acceptance) so that they go through its own call of the
+    kernel; `result` is the step size found.
 
-    `kernel_at(step_size)` is the kernel with that step size (and the current metric).
-    Returns `(log step size, this chain's gradients spent on trials)`.
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from samplers.adaptation._window_step_size import HeuristicTrials
+        >>> h = HeuristicTrials.start(jnp.log(1.0), jnp.bool_(True))
+        >>> for acceptance in (0.2, 0.5, 0.9):        # too low: halve until above 0.8
+        ...     h = h.after(h.candidate(), jnp.float32(acceptance), 0.8)
+        >>> bool(h.active), round(float(jnp.exp(h.result())), 3)
+        (False, 0.25)
     """
-    healthy = is_healthy(state)
 
-    def acceptance(log_eps: Array, i: Array) -> tuple[Array, Array]:
-        kernel = kernel_at(jnp.exp(log_eps).astype(jnp.float32))
-        _, info = step_chain(kernel, logdensity, state, random.fold_in(key, i))
-        mean, _ = finite_chain_mean(jnp.where(healthy, info.acceptance_rate, jnp.nan))
-        return mean, info.num_grads
+    active: Bool[Array, ""]  # trials still to run
+    stepped: Bool[Array, ""]  # the caller's real step done (its loop's end)
+    count: Int[Array, ""]  # trials run
+    log_eps: Float[Array, ""]  # the last trial's
+    up: Bool[Array, ""]  # direction, decided by the first trial
+    first: Float[Array, ""]  # the start, kept when the trials end non-finite
 
-    start = log_eps
-    log2 = jnp.float32(math.log(2.0))
+    @classmethod
+    def start(cls, log_eps: Array, active: Bool[Array, ""]) -> "HeuristicTrials":
+        log_eps = jnp.asarray(log_eps, jnp.float32)
+        false = jnp.bool_(False)
+        return cls(jnp.asarray(active), false, jnp.int32(0), log_eps, false, log_eps)
 
-    # One loop, one call of the kernel: evaluation 0 at the start decides the direction
-    # (up: accepting more than the target, so longer steps), each later one moves a factor
-    # 2 first. A second call site would compile the kernel's step (a whole NUTS tree) twice.
-    def cond(loop: tuple) -> Bool[Array, ""]:
-        i, _, a, _, up = loop
-        crossed = jnp.where(up, a <= target, a > target)
-        return (i == 0) | ((i <= _MAX_TRIALS) & ~crossed)
+    def candidate(self) -> Float[Array, ""]:
+        """The next trial's log step size: the start first, then a factor 2 each time."""
+        direction = jnp.where(self.up, 1.0, -1.0).astype(jnp.float32)
+        return jnp.where(self.count == 0, self.log_eps, self.log_eps + direction * _LOG2)
 
-    def body(loop: tuple) -> tuple:
-        i, log_eps, _, grads, up = loop
-        direction = jnp.where(up, 1.0, -1.0).astype(jnp.float32)
-        log_eps = jnp.where(i == 0, log_eps, log_eps + direction * log2)
-        a, g = acceptance(log_eps, i)
-        return i + 1, log_eps, a, grads + g, jnp.where(i == 0, a > target, up)
+    def after(self, log_eps: Array, acceptance: Array, target: float) -> "HeuristicTrials":
+        """The state after a trial at `log_eps` reached `acceptance` (ensemble mean)."""
+        up = jnp.where(self.count == 0, acceptance > target, self.up)
+        crossed = jnp.where(up, acceptance <= target, acceptance > target)
+        count = self.count + 1
+        active = (count <= _MAX_TRIALS) & ~crossed
+        return HeuristicTrials(
+            active, self.stepped, count, log_eps.astype(jnp.float32), up, self.first
+        )
 
-    no_acceptance = jnp.zeros((), jnp.result_type(state.position))  # the Info floats' dtype
-    first = (jnp.int32(0), log_eps, no_acceptance, jnp.int32(0), jnp.bool_(False))
-    _, log_eps, _, grads, up = jax.lax.while_loop(cond, body, first)
-    # Going up, the last step size that still reached the target is one halving back.
-    log_eps = jnp.where(up, log_eps - log2, log_eps)
-    return jnp.where(jnp.isfinite(log_eps), log_eps, start), grads
+    def result(self) -> Float[Array, ""]:
+        """The log step size found: going up, the last that still reached the target is
+        one halving back; the start when the trials ended non-finite."""
+        log_eps = jnp.where(self.up, self.log_eps - _LOG2, self.log_eps)
+        return jnp.where(jnp.isfinite(log_eps), log_eps, self.first)
 
 
 def step_size_for_target(

@@ -18,7 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 import ensemblenn as enn
 
@@ -34,7 +34,7 @@ from ._ticks import tick
 from ._window_metric import WindowSums
 from ._window_repair import ChainHealth, outliers
 from ._window_schedule import phases, window_schedule
-from ._window_step_size import averaging, heuristic_step_size, initial_step_size
+from ._window_step_size import HeuristicTrials, averaging, initial_step_size
 from ._window_step_size import step_size_for_target as _step_size_for_target
 
 __all__ = ["WindowAdaptation", "WindowAdaptationInfo", "window_schedule"]
@@ -350,17 +350,17 @@ class WindowAdaptation(Adaptation):
             t, in_window, window_start, window_end, reinit = xs
             tick(t)
             c = self._repair_non_finite(sampler, logdensity, c, random.fold_in(k_restart, t))
-            c = jax.lax.cond(  # at the start and after each metric update
-                reinit,
-                lambda c: self._restart_step_size(
-                    sampler, logdensity, c, random.fold_in(k_trial, t), target
-                ),
-                lambda c: c,
-                c,
-            )
             c = jax.lax.cond(window_start, lambda c: self._new_window(c), lambda c: c, c)
+            # At the start and after each metric update, the step-size heuristic's trials
+            # run first, through the same call of the kernel as the step.
             c, eps, mean_acc = self._step(
-                sampler, logdensity, c, random.fold_in(k_step, t), target, in_window
+                sampler,
+                logdensity,
+                c,
+                random.fold_in(k_step, t),
+                target,
+                in_window,
+                trials=(reinit, random.fold_in(k_trial, t)),
             )
             c = dataclasses.replace(  # the final stage's acceptance, for the report
                 c,
@@ -428,22 +428,6 @@ class WindowAdaptation(Adaptation):
             c, state=state, excluded=excluded, restarted=c.restarted + restarted
         )
 
-    def _restart_step_size(
-        self, sampler: Sampler, logdensity: Logdensity, c: _Carry, key: PRNGKeyArray, target: float
-    ) -> _Carry:
-        """The heuristic's step size, and dual averaging restarted there."""
-        log_eps, grads = heuristic_step_size(
-            lambda eps: self._kernel(sampler, eps, c.metric),
-            logdensity,
-            c.state,
-            c.averaging.log_step_size,
-            key,
-            target,
-        )
-        return dataclasses.replace(
-            c, averaging=averaging(log_eps), iteration=jnp.int32(0), grads=c.grads + grads
-        )
-
     @staticmethod
     def _new_window(c: _Carry) -> _Carry:
         return dataclasses.replace(c, sums=c.sums.restart(c.state))
@@ -456,24 +440,61 @@ class WindowAdaptation(Adaptation):
         key: PRNGKeyArray,
         target: float,
         in_window: Array,
+        trials: tuple[Bool[Array, ""], PRNGKeyArray],
     ) -> tuple[_Carry, Float[Array, ""], Float[Array, ""]]:
         """One step of every chain, dual averaging on the ensemble-mean acceptance of the
-        healthy chains, and the new position in the window sums when healthy."""
-        eps = jnp.exp(c.averaging.log_step_size).astype(jnp.float32)
+        healthy chains, and the new position in the window sums when healthy.
+
+        When `trials[0]`, the step-size heuristic's trial steps (`HeuristicTrials`, keys
+        from `trials[1]`) come first and dual averaging restarts where they end. Trials
+        and step share one loop around one `step_chain`: a second call site would compile
+        the kernel's step (for NUTS, a whole tree) twice.
+        """
         was_healthy = is_healthy(c.state)
-        new, info = step_chain(self._kernel(sampler, eps, c.metric), logdensity, c.state, key)
-        mean_acc, _ = finite_chain_mean(jnp.where(was_healthy, info.acceptance_rate, jnp.nan))
-        iteration = c.iteration + 1
-        c = dataclasses.replace(
-            c,
-            state=new,
-            averaging=c.averaging.update(mean_acc, target, iteration),
-            iteration=iteration,
-            sums=c.sums.add(new, is_healthy(new) & in_window),
-            health=c.health.add(
-                new.logdensity, jnp.where(was_healthy, info.acceptance_rate, jnp.nan)
-            ),
-            grads=c.grads + info.num_grads,
+        start = HeuristicTrials.start(c.averaging.log_step_size, trials[0])
+
+        def body(loop: tuple) -> tuple:
+            c, h_in, _, _ = loop
+            log_eps = jnp.where(h_in.active, h_in.candidate(), c.averaging.log_step_size)
+            eps = jnp.exp(log_eps).astype(jnp.float32)
+            step_key = jax.lax.cond(
+                h_in.active, lambda: random.fold_in(trials[1], h_in.count), lambda: key
+            )
+            new, info = step_chain(
+                self._kernel(sampler, eps, c.metric), logdensity, c.state, step_key
+            )
+            acc = jnp.where(was_healthy, info.acceptance_rate, jnp.nan)
+            mean_acc, _ = finite_chain_mean(acc)
+            c = dataclasses.replace(c, grads=c.grads + info.num_grads)
+
+            def trial(c: _Carry) -> tuple:
+                h = h_in.after(log_eps, mean_acc, target)
+                keep = lambda old, new: jnp.where(h.active, old, new)  # noqa: E731
+                c = dataclasses.replace(  # trials over: dual averaging restarts there
+                    c,
+                    averaging=jax.tree.map(keep, c.averaging, averaging(h.result())),
+                    iteration=keep(c.iteration, jnp.int32(0)),
+                )
+                return c, h, eps, mean_acc.astype(jnp.float32)
+
+            def step(c: _Carry) -> tuple:
+                iteration = c.iteration + 1
+                c = dataclasses.replace(
+                    c,
+                    state=new,
+                    averaging=c.averaging.update(mean_acc, target, iteration),
+                    iteration=iteration,
+                    sums=c.sums.add(new, is_healthy(new) & in_window),
+                    health=c.health.add(new.logdensity, acc),
+                )
+                h = dataclasses.replace(h_in, stepped=jnp.bool_(True))
+                return c, h, eps, mean_acc.astype(jnp.float32)
+
+            return jax.lax.cond(h_in.active, trial, step, c)
+
+        zero = jnp.zeros((), jnp.float32)
+        c, _, eps, mean_acc = jax.lax.while_loop(
+            lambda loop: ~loop[1].stepped, body, (c, start, zero, zero)
         )
         return c, eps, mean_acc
 
