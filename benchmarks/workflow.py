@@ -2,10 +2,11 @@
 
 What a user of NumPyro measures when they try the library: a fresh Python process that
 imports everything, builds the model, samples it and reads the draws. Both sides sample
-the SAME NumPyro model (eight schools, non-centred; or a 100-d Bayesian logistic regression
-on synthetic data): ours through `samplers.targets.from_numpyro` with `samplers.NUTS()`
-and `samplers.WindowAdaptation()` (step size and metric tuned, draws kept), many chains;
-NumPyro's `MCMC(NUTS(model))` with its warmup, 4 chains over the 4 devices
+the SAME NumPyro model (eight schools, non-centred; a 100-d Bayesian logistic regression
+on synthetic data; or the radon-like hierarchical regression of the hierarchical tests,
+91-d, centred, `--models radon_like`): ours through `samplers.targets.from_numpyro` with
+`samplers.NUTS()` and `samplers.WindowAdaptation()` (step size and metric tuned, draws
+kept), many chains; NumPyro's `MCMC(NUTS(model))` with its warmup, 4 chains over the 4 devices
 (`chain_method="parallel"`). Each timed process is a child of this one (its whole wall
 time is measured, Python's start and the imports included) with JAX's persistent
 compilation cache either off (``cold``) or in a folder an earlier, untimed process of the
@@ -51,7 +52,7 @@ SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="eight_schools,logistic100",
-                   help="comma-separated: eight_schools, logistic100")  # fmt: skip
+                   help="comma-separated: eight_schools, logistic100, radon_like")  # fmt: skip
     p.add_argument("--chains", type=int, default=None, help="our chains (default 128)")
     p.add_argument("--warmup", type=int, default=None, help="our warmup steps (default 500)")
     p.add_argument("--steps", type=int, default=None, help="our sampling steps (default 200)")
@@ -104,7 +105,42 @@ def problem(name: str):
             numpyro.sample("obs", dist.Bernoulli(logits=x @ b), obs=y)
 
         return logistic, (x, y), ("beta",)
+    if name == "radon_like":
+        return _radon_like()
     raise SystemExit(f"unknown model {name!r}")
+
+
+def _radon_like():
+    """inference-gym's radon model (HalfNormal scales, centred county effects) on the
+    simulated survey of the hierarchical tests (`tests/samplers/models/radon_like.json`)."""
+    import jax.numpy as jnp
+    import numpy as np
+    import numpyro
+    import numpyro.distributions as dist
+
+    data = json.loads((ROOT / "tests/samplers/models/radon_like.json").read_text())
+    data = data["radon_like"]
+    county = np.asarray(data["county"])
+    floor = np.asarray(data["floor"], np.float32)
+    by_county = np.bincount(county, floor, 85) / np.bincount(county, None, 85)
+    uranium = np.asarray(data["log_uranium_by_county"], np.float32)
+    columns = (county, floor, uranium, by_county.astype(np.float32))
+
+    def radon(county, floor, uranium, floor_by_county, log_radon):
+        mean = numpyro.sample("county_effect_mean", dist.Normal(0.0, 1.0))
+        scale = numpyro.sample("county_effect_scale", dist.HalfNormal(1.0))
+        with numpyro.plate("counties", 85):
+            effect = numpyro.sample("county_effect", dist.Normal(mean, scale))
+        with numpyro.plate("weights", 3):
+            w = numpyro.sample("weight", dist.Normal(0.0, 1.0))
+        sigma = numpyro.sample("log_radon_scale", dist.HalfNormal(1.0))
+        by = w[0] * uranium + w[2] * floor_by_county + effect
+        with numpyro.plate("houses", county.shape[0]):
+            numpyro.sample("obs", dist.Normal(by[county] + w[1] * floor, sigma), obs=log_radon)
+
+    args = (*map(jnp.asarray, columns), jnp.asarray(data["log_radon"], jnp.float32))
+    sites = ("county_effect_mean", "county_effect_scale", "county_effect", "weight")
+    return radon, args, (*sites, "log_radon_scale")
 
 
 def _min_ess(draws: dict, sites: tuple[str, ...]) -> float:

@@ -285,3 +285,30 @@ def test_workflow_times_a_numpyro_model_end_to_end_in_fresh_processes():
     for row in rows.values():
         assert row["status"] == "ok" and row["draws"] == "8 x 10" and row["min_ess"] > 0
         assert row["wall_s_min"] > 0 and row["s_per_kess_min"] > 0
+
+
+def test_workflow_radon_model_is_the_hierarchical_tests_model():
+    """The workflow benchmark's NumPyro radon model has the log density of the tests'
+    `RadonLike` (same unconstrained coordinates, up to a constant), so its timings are of
+    the posterior the tests check against their reference."""
+    pytest.importorskip("numpyro")
+    import jax
+    import numpy as np
+    from numpyro.infer.util import potential_energy
+
+    sys.path.insert(0, str(ROOT / "tests" / "samplers" / "models"))
+    from hierarchical_models import RadonLike
+
+    from benchmarks.workflow import problem
+
+    model, args, sites = problem("radon_like")
+    ours = RadonLike()
+    gaps = []
+    for key in range(3):
+        u = 0.5 * jax.random.normal(jax.random.key(key), (ours.dim,))
+        sizes = ours.site_sizes()
+        parts = np.split(np.asarray(u), np.cumsum(list(sizes.values()))[:-1])
+        params = {name: part if sizes[name] > 1 else part[0] for name, part in zip(sizes, parts)}
+        assert tuple(params) == sites
+        gaps.append(float(potential_energy(model, args, {}, params)) + float(ours(u)))
+    assert np.ptp(gaps) < 1e-2, gaps  # float32 sums over 745 houses: ~1e-3 apart

@@ -15,13 +15,19 @@ inference-gym or TensorFlow Probability at test time).
   `tau ~ HalfCauchy(5)`, `theta = mu + tau theta_tilde`), non-centred, `log tau`
   unconstrained; `observable` is `(mu, tau, theta[0..7])`, the reference a long NumPyro
   NUTS run (settings in the data file).
+* `RadonLike`: inference-gym's `RadonContextualEffectsHalfNormalMinnesota` (centred county
+  effects; `county_effect_scale` and `log_radon_scale` HalfNormal(1), log-transformed)
+  on simulated data of the Minnesota survey's shape (`radon_like.json`, made by
+  `radon_like_reference.py`): the sampler moves `(county_effect_mean, log
+  county_effect_scale, county_effect[85], weight[3], log log_radon_scale)`; `observable`
+  gives the constrained values in that order, the reference a long NumPyro NUTS run.
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from hierarchical_models import EightSchools, StochasticVolatility
-    >>> sv, schools = StochasticVolatility(), EightSchools()
-    >>> sv.dim, schools.dim, bool(jnp.isfinite(sv(jnp.zeros(sv.dim))))
-    (103, 10, True)
+    >>> from hierarchical_models import EightSchools, RadonLike, StochasticVolatility
+    >>> sv, schools, radon = StochasticVolatility(), EightSchools(), RadonLike()
+    >>> sv.dim, schools.dim, radon.dim, bool(jnp.isfinite(sv(jnp.zeros(sv.dim))))
+    (103, 10, 91, True)
     >>> sv.reference_mean.shape, schools.observable(jnp.zeros(10)).shape
     ((103,), (10,))
 """
@@ -47,6 +53,8 @@ _LAG = np.subtract.outer(np.arange(_DAYS), np.arange(_DAYS)).clip(0)  # t - s, o
 _LOWER = np.tri(_DAYS, dtype=bool)  # s <= t
 SCHOOLS_Y = np.asarray(DATA["eight_schools"]["y"], np.float32)
 SCHOOLS_SIGMA = np.asarray(DATA["eight_schools"]["sigma"], np.float32)
+_RADON_FILE = Path(__file__).parent / "radon_like.json"
+RADON = json.loads(_RADON_FILE.read_text())["radon_like"]
 
 
 class StochasticVolatility(samplers.targets.Target):
@@ -117,6 +125,56 @@ class EightSchools(samplers.targets.Target):
     @property
     def reference_sd(self) -> np.ndarray:
         return _flat(DATA["eight_schools"]["reference"], "sd")
+
+
+class RadonLike(samplers.targets.Target):
+    """A radon-like hierarchical regression, centred (see the module)."""
+
+    dim: int = eqx.field(static=True, default=91)
+    reference: samplers.targets.Moments | None = None
+
+    @staticmethod
+    def site_sizes() -> dict[str, int]:
+        return {
+            "county_effect_mean": 1,
+            "county_effect_scale": 1,
+            "county_effect": 85,
+            "weight": 3,
+            "log_radon_scale": 1,
+        }
+
+    def _constrained(self, u: Float[Array, " dim"]) -> tuple:
+        return u[0], jnp.exp(u[1]), u[2:87], u[87:90], jnp.exp(u[90])
+
+    def __call__(self, u: Float[Array, " dim"]) -> Float[Array, ""]:
+        county = np.asarray(RADON["county"])
+        floor = np.asarray(RADON["floor"], np.float32)
+        uranium = np.asarray(RADON["log_uranium_by_county"], np.float32)
+        floor_by_county = (np.bincount(county, floor, 85) / np.bincount(county, None, 85))
+        log_radon = np.asarray(RADON["log_radon"], np.float32)
+        mean, scale, effect, weight, sigma = self._constrained(u)
+        # HalfNormal(1) scales on the log scale: the Jacobian adds log scale (= u[1], u[90]).
+        log_prior = -0.5 * mean**2 - 0.5 * jnp.sum(weight**2)
+        log_prior += -0.5 * scale**2 + u[1] - 0.5 * sigma**2 + u[90]
+        log_prior += -0.5 * jnp.sum(((effect - mean) / scale) ** 2) - 85 * u[1]
+        county_loc = (
+            weight[0] * uranium + weight[2] * floor_by_county.astype(np.float32) + effect
+        )
+        loc = county_loc[county] + weight[1] * floor
+        log_likelihood = -0.5 * jnp.sum(((log_radon - loc) / sigma) ** 2) - county.size * u[90]
+        return log_prior + log_likelihood
+
+    def observable(self, u: Float[Array, " dim"]) -> Float[Array, " dim"]:
+        mean, scale, effect, weight, sigma = self._constrained(u)
+        return jnp.concatenate([jnp.stack([mean, scale]), effect, weight, sigma[None]])
+
+    @property
+    def reference_mean(self) -> np.ndarray:
+        return _flat(RADON["reference"], "mean")
+
+    @property
+    def reference_sd(self) -> np.ndarray:
+        return _flat(RADON["reference"], "sd")
 
 
 def _flat(reference: dict, key: str) -> np.ndarray:
