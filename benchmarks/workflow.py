@@ -1,20 +1,21 @@
 """A NumPyro user's job end to end: samplers.run vs NumPyro's NUTS on a NumPyro model.
 
 What a user of NumPyro measures when they try the library: a fresh Python process that
-imports everything, builds the model, samples it and reads the draws. Both sides sample
-the SAME NumPyro model (eight schools, non-centred; a 100-d Bayesian logistic regression
-on synthetic data; or the radon-like hierarchical regression of the hierarchical tests,
-91-d, centred, `--models radon_like`): ours through `samplers.targets.from_numpyro` with
+imports everything, builds the model, samples it and reads the draws. Both sides sample the
+SAME NumPyro model (eight schools, non-centred; a 100-d Bayesian logistic regression on
+synthetic data; or the radon-like hierarchical regression of the hierarchical tests, 91-d,
+centred, `--models radon_like`): ours through `samplers.targets.from_numpyro` with
 `samplers.NUTS()` and `samplers.WindowAdaptation()` (step size and metric tuned, draws
-kept), many chains; NumPyro's `MCMC(NUTS(model))` with its warmup, 4 chains over the 4 devices
-(`chain_method="parallel"`). Each timed process is a child of this one (its whole wall
-time is measured, Python's start and the imports included) with JAX's persistent
-compilation cache either off (``cold``) or in a folder an earlier, untimed process of the
-same side filled (``warm``). The repeats are interleaved (ours cold, ours warm, NumPyro
-cold, NumPyro warm, then again). Quality is compared at equal effective sample size: each
-child reports the minimum bulk ESS over the model's latent sites (the same function,
-`samplers.diagnostics.ess`, on both sides' draws), and ``s per 1000 ESS`` is the wall time
-divided by it; ``vs numpyro`` divides ours by NumPyro's with the same cache state.
+kept), many chains; NumPyro's `MCMC(NUTS(model))` with its warmup, 4 chains over the 4
+devices (`chain_method="parallel"`; `--numpyro-chains 128` gives it our chain count,
+`"vectorized"`). Each timed process is a child of this one (its whole wall time is measured,
+Python's start and the imports included) with JAX's persistent compilation cache either off
+(``cold``) or in a folder an earlier, untimed process of the same side filled (``warm``).
+The repeats are interleaved (ours cold, ours warm, NumPyro cold, NumPyro warm, then again).
+Quality is compared at equal effective sample size: each child reports the minimum bulk ESS
+over the model's latent sites (the same function, `samplers.diagnostics.ess`, on both sides'
+draws), and ``s per 1000 ESS`` is the wall time divided by it; ``vs numpyro`` divides ours
+by NumPyro's with the same cache state.
 """
 
 import argparse
@@ -58,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="our sampling steps (default 200)")
     p.add_argument("--numpyro-warmup", type=int, default=None, help="NumPyro's (default 1000)")
     p.add_argument("--numpyro-samples", type=int, default=None, help="NumPyro's (1000)")
+    p.add_argument("--numpyro-chains", type=int, default=None,
+                   help="NumPyro's chains (4; more than the devices: vectorized)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=None, help="timed processes per row (2)")
     p.add_argument("--skip-peer", action="store_true", help="run our side only")
     # Internal: one job in this process (what the parent spawns).
@@ -73,6 +76,7 @@ def sizes(args: argparse.Namespace) -> dict:
         steps=args.steps or (20 if smoke else 200),
         numpyro_warmup=args.numpyro_warmup or (20 if smoke else 1000),
         numpyro_samples=args.numpyro_samples or (20 if smoke else 1000),
+        numpyro_chains=args.numpyro_chains or 4,
     )
 
 
@@ -177,12 +181,14 @@ def _child(args: argparse.Namespace) -> None:
     else:
         from numpyro.infer import MCMC, NUTS
 
+        chains = s["numpyro_chains"]
+        method = "parallel" if chains <= jax.local_device_count() else "vectorized"
         mcmc = MCMC(NUTS(model), num_warmup=s["numpyro_warmup"],
-                    num_samples=s["numpyro_samples"], num_chains=4, chain_method="parallel",
+                    num_samples=s["numpyro_samples"], num_chains=chains, chain_method=method,
                     progress_bar=False)  # fmt: skip
         mcmc.run(key, *data)
         draws = mcmc.get_samples(group_by_chain=True)
-        shape = f"4 x {s['numpyro_samples']}"
+        shape = f"{chains} x {s['numpyro_samples']}"
     jax.block_until_ready(draws)
     print(json.dumps({"child": args.child, "min_ess": _min_ess(draws, sites), "draws": shape}))
 
@@ -191,7 +197,14 @@ def _spawn(args: argparse.Namespace, impl: str, model: str, cache: str | None) -
     command = [sys.executable, "-m", "benchmarks", BENCH, "--devices", str(args.num_devices),
                "--child", impl, "--model", model, "--seed", str(args.seed),
                "--no-table"]  # fmt: skip
-    for flag in ("chains", "warmup", "steps", "numpyro_warmup", "numpyro_samples"):
+    for flag in (
+        "chains",
+        "warmup",
+        "steps",
+        "numpyro_warmup",
+        "numpyro_samples",
+        "numpyro_chains",
+    ):
         if getattr(args, flag) is not None:
             command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.smoke:
