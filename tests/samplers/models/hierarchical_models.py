@@ -53,8 +53,15 @@ _LAG = np.subtract.outer(np.arange(_DAYS), np.arange(_DAYS)).clip(0)  # t - s, o
 _LOWER = np.tri(_DAYS, dtype=bool)  # s <= t
 SCHOOLS_Y = np.asarray(DATA["eight_schools"]["y"], np.float32)
 SCHOOLS_SIGMA = np.asarray(DATA["eight_schools"]["sigma"], np.float32)
-_RADON_FILE = Path(__file__).parent / "radon_like.json"
-RADON = json.loads(_RADON_FILE.read_text())["radon_like"]
+RADON = json.loads((Path(__file__).parent / "radon_like.json").read_text())["radon_like"]
+DATA["radon_like"] = RADON
+RADON_COUNTY = np.asarray(RADON["county"])
+RADON_FLOOR = np.asarray(RADON["floor"], np.float32)
+RADON_FLOOR_BY_COUNTY = (
+    np.bincount(RADON_COUNTY, RADON_FLOOR, 85) / np.bincount(RADON_COUNTY, None, 85)
+).astype(np.float32)
+RADON_URANIUM = np.asarray(RADON["log_uranium_by_county"], np.float32)
+RADON_LOG_RADON = np.asarray(RADON["log_radon"], np.float32)
 
 
 class StochasticVolatility(samplers.targets.Target):
@@ -147,21 +154,15 @@ class RadonLike(samplers.targets.Target):
         return u[0], jnp.exp(u[1]), u[2:87], u[87:90], jnp.exp(u[90])
 
     def __call__(self, u: Float[Array, " dim"]) -> Float[Array, ""]:
-        county = np.asarray(RADON["county"])
-        floor = np.asarray(RADON["floor"], np.float32)
-        uranium = np.asarray(RADON["log_uranium_by_county"], np.float32)
-        floor_by_county = (np.bincount(county, floor, 85) / np.bincount(county, None, 85))
-        log_radon = np.asarray(RADON["log_radon"], np.float32)
         mean, scale, effect, weight, sigma = self._constrained(u)
         # HalfNormal(1) scales on the log scale: the Jacobian adds log scale (= u[1], u[90]).
         log_prior = -0.5 * mean**2 - 0.5 * jnp.sum(weight**2)
         log_prior += -0.5 * scale**2 + u[1] - 0.5 * sigma**2 + u[90]
         log_prior += -0.5 * jnp.sum(((effect - mean) / scale) ** 2) - 85 * u[1]
-        county_loc = (
-            weight[0] * uranium + weight[2] * floor_by_county.astype(np.float32) + effect
-        )
-        loc = county_loc[county] + weight[1] * floor
-        log_likelihood = -0.5 * jnp.sum(((log_radon - loc) / sigma) ** 2) - county.size * u[90]
+        county_loc = weight[0] * RADON_URANIUM + weight[2] * RADON_FLOOR_BY_COUNTY + effect
+        loc = county_loc[RADON_COUNTY] + weight[1] * RADON_FLOOR
+        residual = (RADON_LOG_RADON - loc) / sigma
+        log_likelihood = -0.5 * jnp.sum(residual**2) - RADON_COUNTY.size * u[90]
         return log_prior + log_likelihood
 
     def observable(self, u: Float[Array, " dim"]) -> Float[Array, " dim"]:

@@ -61,7 +61,6 @@ def make_data() -> dict:
 
 def _numpyro_run(seed, num_chains, num_warmup, num_samples, target, chain_method):
     import jax
-    import jax.numpy as jnp
     from hierarchical_models import RadonLike
     from numpyro.infer import MCMC, NUTS
 
@@ -84,7 +83,7 @@ def _numpyro_run(seed, num_chains, num_warmup, num_samples, target, chain_method
     observed = jax.vmap(jax.vmap(model.observable))(draws)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     step = mcmc.last_state.adapt_state.step_size
-    return model, observed, extra, np.ravel(np.asarray(step)), wall, jnp
+    return model, observed, extra, np.ravel(np.asarray(step)), wall
 
 
 def main(step: str) -> None:
@@ -95,7 +94,7 @@ def main(step: str) -> None:
     elif step == "reference":
         from numpyro.diagnostics import split_gelman_rubin
 
-        model, obs, extra, _, wall, jnp = _numpyro_run(7, 8, 2000, 25_000, 0.95, "vectorized")
+        model, obs, extra, _, wall = _numpyro_run(7, 8, 2000, 25_000, 0.95, "vectorized")
         obs = np.asarray(obs, np.float64)
         flat = obs.reshape(-1, obs.shape[-1])
         names = model.site_sizes()
@@ -118,7 +117,7 @@ def main(step: str) -> None:
     elif step == "baseline":
         runs = []
         for seed in range(4):
-            _, _, extra, steps, wall, _ = _numpyro_run(seed, 4, 1000, 2000, 0.8, "sequential")
+            _, _, extra, steps, wall = _numpyro_run(seed, 4, 1000, 2000, 0.8, "sequential")
             runs.append(
                 {
                     "seed": seed,
