@@ -1,9 +1,10 @@
 """The driver: `run` = validate -> prepare (init, adaptation) -> chunk loop -> finalise,
 with the streaming moments, the result and the progress bar beside it.
 
-Following a parameter from `samplers.run` to the `shard_map`: `_run.run` resolves it in
-`_setup.make_setup` (a `Setup`), `_prepare.prepare` / `_loop.chunk_loop` pass
-`setup.mapping` to `enn.ensemble_map`, which partitions the operands and calls
+Following a parameter from `samplers.run` to the `shard_map`: `_run.run` checks every option
+once into a `_options.RunOptions`, `_setup.make_setup` keeps it in the `Setup`, and
+`_prepare.prepare` / `_loop.chunk_loop` pass `setup.mapping` (its mesh, axis and block size)
+to `enn.ensemble_map`, which partitions the operands and calls
 `jax.shard_map` (`ensemblenn/_ensemble_map.py`).
 
 Pytree positions are raveled ONCE, at this boundary (`_flat.py`): `run` turns the user's

@@ -21,6 +21,7 @@ from ._finalise import finalise
 from ._flat import flatten_target, float64_leaves, float64_message
 from ._initial import initial_positions, start_unset
 from ._loop import Sampled, chunk_loop, save
+from ._options import RunOptions
 from ._prepare import prepare
 from ._progress import Progress
 from ._result import Result
@@ -31,9 +32,6 @@ from ._validate import (
     check_key,
     check_logdensity,
     check_logdensity_given,
-    check_on_chunk,
-    check_options,
-    check_run_flags,
     check_sampler_dim,
 )
 from ._verdict import ConvergenceWarning
@@ -191,34 +189,33 @@ def run(
     check_finite(positions)
     check_logdensity(user, position.one_chain())
     num_chains = int(np.shape(positions)[0])
-    check_options(num_chains, chunk_size, superchain_size, reference, block_size,
-                  checkpoint_every, track_bias)  # fmt: skip
-    check_run_flags(progress, resume, mesh, axis, checkpoint_dir)
-    check_on_chunk(on_chunk)
-    check_sampler_dim(sampler, positions)
-    setup = make_setup(
-        positions, key, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
+    options = RunOptions.checked(
+        num_chains, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
         reference=reference, superchain_size=superchain_size, track_bias=track_bias,
         chunk_size=chunk_size, mesh=mesh, axis=axis, block_size=block_size,
-        position=position, observed=observed,
+        progress=progress, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+        resume=resume, on_chunk=on_chunk,
     )  # fmt: skip
+    check_sampler_dim(sampler, positions)
+    setup = make_setup(positions, key, options, position=position, observed=observed)
     # The checkpoint sees the flat positions; a wrapped log density carries the structure
     # (leaf names and shapes) into the fingerprint.
     store = checkpoint.open_run(
-        checkpoint_dir, checkpoint_every, resume, traced=setup.traced, key=key, mesh=mesh,
-        axis=axis, sampler=sampler, adaptation=adaptation, logdensity=logdensity,
-        positions=positions, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
-        track_bias=setup.config.track_bias, block_size=block_size,
+        options.checkpoint_dir, options.checkpoint_every, options.resume,
+        traced=setup.traced, key=key, mesh=options.mesh, axis=options.axis, sampler=sampler,
+        adaptation=adaptation, logdensity=logdensity, positions=positions,
+        num_steps=options.num_steps, num_warmup=options.num_warmup, thin=options.thin,
+        track_bias=setup.config.track_bias, block_size=options.block_size,
     )  # fmt: skip
 
-    show = progress if progress is not None else sys.stderr.isatty()
+    show = options.progress if options.progress is not None else sys.stderr.isatty()
     bar = Progress(setup.total, enabled=show and not setup.traced and jax.process_index() == 0)
 
     def start(bar: Progress | None = None) -> tuple:
         return prepare(setup, sampler, adaptation, logdensity, positions, bar)
 
     try:
-        at = _sample(setup, logdensity, start, store, bar, on_chunk,
+        at = _sample(setup, logdensity, start, store, bar, options.on_chunk,
                      adapting=adaptation is not None)  # fmt: skip
     except BaseException:
         if store is not None:  # interrupted or failed: this run will not go on

@@ -17,6 +17,7 @@ import ensemblenn as enn
 from ._chunk import TRACE_STATS, Carry, Config
 from ._flat import Structure
 from ._moments import StreamingSums
+from ._options import RunOptions
 from ._verdict import automatic_superchain_size
 
 
@@ -33,15 +34,20 @@ class Setup(NamedTuple):
     init_keys: Array
     adapt_keys: Array
     run_keys: Array
-    mapping: dict  # the keyword arguments of every enn.ensemble_map of the run
     traced: bool  # called under a trace (jit, eval_shape): no eager checks, no progress
     # Each chunk's length compiled in (accelerators: a loop with a known trip count runs
     # without the host), else one program for every length (CPU: one compilation).
     static_chunks: bool
     position: Structure  # one chain's position pytree <-> flat vectors
     observed: Structure | None  # the observable's, or None when the target has none
+    options: RunOptions  # as given to `samplers.run`, checked
     superchain_auto: bool = False  # superchain_size was chosen by the verdict's rule
     thin_auto: bool = False  # thin was chosen to fit TRACE_MEMORY_BUDGET (thin=None)
+
+    @property
+    def mapping(self) -> dict[str, Any]:
+        """The keyword arguments of every `enn.ensemble_map` of the run."""
+        return self.options.mapping
 
     @property
     def total(self) -> int:
@@ -130,22 +136,15 @@ def _run_keys(num_chains: int, sharding: NamedSharding) -> Any:
 def make_setup(
     positions: Any,
     key: PRNGKeyArray,
+    options: RunOptions,
     *,
-    num_steps: int,
-    num_warmup: int,
-    thin: int | None,
-    reference: Any,
-    superchain_size: int | None,
-    track_bias: bool,
-    chunk_size: int | None,
-    mesh: Any,
-    axis: str,
-    block_size: Any,
     position: Structure,
     observed: Structure | None,
 ) -> Setup:
     """The run's `Setup`; `positions` are the flat `(num_chains, dim)` ones."""
     num_chains = int(jax.tree.leaves(positions)[0].shape[0])
+    num_steps, num_warmup, thin = options.num_steps, options.num_warmup, options.thin
+    mesh, axis, superchain_size = options.mesh, options.axis, options.superchain_size
     # The one place superchains are resolved: None lets the verdict's rule pick them for
     # many short chains (samplers.driver._verdict), 0 asks for none (split R-hat).
     superchain_auto = superchain_size is None
@@ -160,14 +159,14 @@ def make_setup(
     total = num_warmup + num_steps
     # At least 100 steps per chunk (one chunk up to 100 steps), 20 chunks from 2,000 steps:
     # each chunk costs a dispatch and a host round trip, ~1.5x a short run's time at 20.
-    capacity = chunk_size or max(1, math.ceil(total / 20), min(total, 100))
+    capacity = options.chunk_size or max(1, math.ceil(total / 20), min(total, 100))
     capacity = max(thin_by, capacity // thin_by * thin_by)
     config = Config(
         capacity=capacity,
         thin=thin_by,
         half_point=num_steps // 2,
         first_sample=num_warmup,
-        track_bias=track_bias and reference is not None,
+        track_bias=options.track_bias and options.reference is not None,
         keep_trace=bool(thin),
         num_chains=num_chains,
     )
@@ -192,13 +191,13 @@ def make_setup(
         num_warmup=num_warmup,
         num_steps=num_steps,
         thin=thin,
-        reference=reference,
+        reference=options.reference,
         superchain_size=superchain_size,
         config=config,
         init_keys=keys[0],
         adapt_keys=keys[1],
         run_keys=keys[2],
-        mapping=dict(mesh=mesh, axis=axis, block_size=block_size),
+        options=options,
         traced=traced,
         static_chunks=enn.mesh_platform(resolved, axis) != "cpu",
         position=position,

@@ -11,7 +11,6 @@ import ensemblenn as enn
 
 from .._errors import SamplerError, SamplerTypeError
 from ..adaptation import Adaptation
-from ..checkpoint import CheckpointError, check_dir
 from ..kernels import Sampler
 
 
@@ -97,59 +96,8 @@ def check_key(key: Any) -> None:
         ) from None
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def check_options(
-    num_chains: int,
-    chunk_size: Any,
-    superchain_size: Any,
-    reference: Any,
-    block_size: Any,
-    checkpoint_every: Any,
-    track_bias: Any,
-) -> None:
-    """The options whose mistakes would otherwise surface late (after every step ran)."""
-    for name, value, error in (
-        ("chunk_size", chunk_size, SamplerError),
-        ("checkpoint_every", checkpoint_every, CheckpointError),  # a SamplerError too
-    ):
-        if value is not None and (not _is_int(value) or value < 1):
-            raise (error if _is_int(value) else SamplerTypeError)(
-                f"{name} must be None or an int >= 1, got {value!r}.\n  fix: {name}=None "
-                "(the default) or a positive number of steps."
-            )
-    if superchain_size is not None:
-        # None: chosen automatically for many short chains (samplers.driver._verdict); 0: none.
-        if not _is_int(superchain_size) or superchain_size < 0:
-            raise (SamplerError if _is_int(superchain_size) else SamplerTypeError)(
-                f"superchain_size must be None, 0 or an int >= 1, got {superchain_size!r}.\n"
-                f"  fix: a divisor of the {num_chains} chains, e.g. superchain_size=2 (0: no "
-                "superchains, the verdict reads split R-hat)."
-            )
-        if superchain_size and num_chains % superchain_size:
-            raise SamplerError(
-                f"superchain_size={superchain_size} does not divide the {num_chains} chains.\n"
-                f"  fix: a divisor of {num_chains} (superchains of consecutive chains, all the "
-                "same size)."
-            )
-    if (
-        block_size is not None
-        and block_size != "auto"
-        and (not _is_int(block_size) or block_size < 1)
-    ):
-        raise (SamplerError if _is_int(block_size) else SamplerTypeError)(
-            f'block_size must be "auto", None or an int >= 1, got {block_size!r}.\n  fix: '
-            'block_size="auto" (the default).'
-        )
-    if reference is not None and not hasattr(reference, "second_moment"):
-        raise SamplerTypeError(
-            f"reference must be None or a samplers.targets.Moments (known moments of the "
-            f"target), got {reference!r}.\n  fix: reference=target.reference, or leave it out."
-        )
-    if not isinstance(track_bias, bool):
-        raise SamplerTypeError(f"track_bias must be True or False, got {track_bias!r}.")
 
 
 def check_logdensity_given(logdensity: Any) -> None:
@@ -161,15 +109,6 @@ def check_logdensity_given(logdensity: Any) -> None:
             "target.\n  fix: samplers.run(sampler, logdensity, positions, key=..., "
             "num_steps=...), or samplers.run(logdensity=target, adaptation=samplers.LAPS(), "
             "num_chains=128, key=..., num_steps=...)."
-        )
-
-
-def check_on_chunk(on_chunk: Any) -> None:
-    if on_chunk is not None and not callable(on_chunk):
-        raise SamplerTypeError(
-            f"on_chunk must be a callable on_chunk(step, total) or None, got "
-            f"{type(on_chunk).__name__}.\n  fix: on_chunk=lambda step, total: print(step, "
-            "'of', total)."
         )
 
 
@@ -200,12 +139,12 @@ def check_inputs(
             f"{type(logdensity).__name__}."
         )
     for name, value, low in (("num_steps", num_steps, 1), ("num_warmup", num_warmup, 0)):
-        if not _is_int(value):
+        if not is_int(value):
             raise SamplerTypeError(f"{name} must be an int >= {low}, got {value!r}.")
         if value < low:
             raise SamplerError(f"{name} must be an int >= {low}, got {value!r}.")
-    if thin is not None and (not _is_int(thin) or thin < 0 or thin > max(num_steps, 1)):
-        raise (SamplerError if _is_int(thin) else SamplerTypeError)(
+    if thin is not None and (not is_int(thin) or thin < 0 or thin > max(num_steps, 1)):
+        raise (SamplerError if is_int(thin) else SamplerTypeError)(
             f"thin must be None or an int in [0, num_steps={num_steps}], got {thin!r}.\n"
             "  fix: thin=10 keeps every 10th draw in result.trace; thin=0 keeps no trace; "
             "None (the default) keeps every draw that fits the memory budget."
@@ -253,33 +192,6 @@ def check_finite(flat: Any) -> None:
                 f"positions has non-finite (NaN/inf) entries in chains {bad}: every chain must "
                 "start at a finite point."
             )
-
-
-def check_run_flags(
-    progress: Any, resume: Any, mesh: Any, axis: Any, checkpoint_dir: Any = None
-) -> None:
-    """The flags, the mesh and the checkpoint folder of `samplers.run` (before anything
-    compiles: the checkpoint store only opens the folder after the setup)."""
-    for name, value, allowed in (
-        ("progress", progress, "True, False or None (None: when stderr is a terminal)"),
-        ("resume", resume, "True or False"),
-    ):
-        if not isinstance(value, bool) and not (name == "progress" and value is None):
-            raise SamplerTypeError(f"{name} must be {allowed}, got {value!r}.")
-    if not isinstance(axis, str):
-        raise SamplerTypeError(
-            f"axis must be the name of the mesh axis over chains (a str), got {axis!r}.\n"
-            '  fix: axis="chains" (the default).'
-        )
-    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh | jax.sharding.AbstractMesh):
-        raise SamplerTypeError(
-            f"mesh must be None or a jax.sharding.Mesh, got {mesh!r} ({type(mesh).__name__})."
-            "\n  fix: mesh=jax.make_mesh((jax.device_count(),), ('chains',)), or None for "
-            "the default."
-        )
-    if mesh is not None:
-        enn.resolve_mesh(mesh, axis)  # the axis must exist: enn.MeshError names it
-    check_dir(checkpoint_dir)
 
 
 def check_sampler_dim(sampler: Any, positions: Any) -> None:
