@@ -147,11 +147,7 @@ class _ChEESKernel(Sampler):
             logdensity, state, p0, self.step_size, imm, num_steps, key_accept,
             divergence_threshold=self.divergence_threshold,
         )  # fmt: skip
-        new = eqx.tree_at(
-            lambda s: (s.position, s.logdensity, s.grad),
-            state,
-            (end.position, end.logdensity, end.grad),
-        )
+        new = state.moved(end.position, end.logdensity, end.grad)
         info = _ChEESInfo(
             **{
                 f: getattr(info, f)

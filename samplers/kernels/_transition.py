@@ -6,7 +6,7 @@ Hamiltonian proposal (leapfrog trajectory plus Metropolis test) of HMC, GHMC and
 Every function that takes a PRNG key takes it LAST, as `Sampler.init` and `Sampler.step` do.
 """
 
-from typing import Any
+from typing import Any, Self
 
 import equinox as eqx
 import jax
@@ -101,6 +101,25 @@ class GradientState(State):
         position = jnp.asarray(position)
         logp, grad = value_and_grad(logdensity)(position)
         return cls(position, logp, jnp.int32(0), grad)
+
+    def moved(
+        self,
+        position: Float[Array, " dim"],
+        logdensity: Float[Array, ""],
+        grad: Float[Array, " dim"],
+    ) -> Self:
+        """This state at a proposal: the position, log density and gradient replaced, every
+        other field (the step count, a subclass's own) kept.
+
+        Example:
+            >>> import jax.numpy as jnp, samplers
+            >>> s = samplers.GradientState.at(lambda x: -0.5 * (x**2).sum(), jnp.ones(2))
+            >>> s.moved(jnp.zeros(2), jnp.float32(0.0), jnp.zeros(2)).position.tolist()
+            [0.0, 0.0]
+        """
+        return eqx.tree_at(
+            lambda s: (s.position, s.logdensity, s.grad), self, (position, logdensity, grad)
+        )
 
 
 def unadjusted_info(

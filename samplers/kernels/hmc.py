@@ -118,9 +118,5 @@ class HMC(Sampler):
             logdensity, state, p0, step_size, inverse_mass_matrix, num_steps, key_accept,
             divergence_threshold=self.divergence_threshold,
         )  # fmt: skip
-        new = eqx.tree_at(
-            lambda s: (s.position, s.logdensity, s.grad),
-            state,
-            (end.position, end.logdensity, end.grad),
-        )
+        new = state.moved(end.position, end.logdensity, end.grad)
         return next_count(select(accept, new, state)), info

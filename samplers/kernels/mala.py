@@ -137,7 +137,5 @@ class MALA(Sampler):
             step_size=resolve(self.step_size, count),
             divergence_threshold=self.divergence_threshold,
         )
-        new = eqx.tree_at(
-            lambda s: (s.position, s.logdensity, s.grad), state, (proposed, logp, grad)
-        )
+        new = state.moved(proposed, logp, grad)
         return next_count(select(accept, new, state)), info
