@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from samplers.driver._slices import update_slice
+from samplers.driver._slices import update_slice  # private: see the module docstring
 
 BUFFER = jnp.arange(24.0).reshape(3, 8)
 ROWS = -jnp.arange(9.0).reshape(3, 3)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import samplers
-from samplers.smc import _smc
+from samplers.smc import _smc  # private: its stage program spied on, to prove none ran
 from tests.compile_counter import counting
 
 KEY = jax.random.key(0)
