@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import samplers
 
-    from ..driver._verdict import verdict_of
+    from ..driver import verdict_of
     from . import _report as report
     from ._kernels import make_sampler, make_target
 

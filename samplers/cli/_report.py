@@ -104,7 +104,7 @@ def _plain(value: Any) -> Any:
 
 def diagnostics_json(result: Any, seconds: float) -> dict:
     """The run's numbers and verdict as JSON-ready values."""
-    from ..driver._verdict import verdict_of
+    from ..driver import verdict_of
 
     d = result.diagnostics
     verdict = verdict_of(result, hints="cli")

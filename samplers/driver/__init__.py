@@ -21,7 +21,7 @@ from ._flat import PositionsError
 from ._moments import ChainMoments
 from ._result import Diagnostics, Result, Unconstrained
 from ._run import run
-from ._verdict import ConvergenceWarning, Verdict
+from ._verdict import ConvergenceWarning, Verdict, verdict_of
 
 __all__ = [
     "ChainMoments",
@@ -32,4 +32,5 @@ __all__ = [
     "Unconstrained",
     "Verdict",
     "run",
+    "verdict_of",
 ]

@@ -203,7 +203,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
 def _numpyro_target(logdensity: Logdensity) -> Any:
     """The run's `samplers.targets.from_numpyro` target, if it sampled one (the export to
     ArviZ reads its plates, data and likelihood), else None."""
-    from ..targets._numpyro import NumPyroTarget
+    from ..targets import NumPyroTarget
 
     user = getattr(logdensity, "logdensity", logdensity)  # a FlatTarget wraps the user's
     return user if isinstance(user, NumPyroTarget) else None
