@@ -154,8 +154,9 @@ def _blackjax(bj: Any, x0: Any, steps: int, keep: bool = False) -> Any:
     `thin`-th position stacked as the scan's outputs, `thin` by the rule `samplers.run`'s
     defaults use for the memory budget (a private function: the benchmark must keep
     what the library keeps)."""
+    # private: the budget the defaults use, read rather than copied
     from samplers.driver._chunk import TRACE_STATS
-    from samplers.driver._setup import automatic_thin
+    from samplers.driver._setup import automatic_thin  # private: as above
 
     chains, dim = x0.shape
     row_bytes = (dim + len(TRACE_STATS) + 1) * x0.dtype.itemsize

@@ -83,7 +83,7 @@ def _jax_random() -> list[tuple[Any, str, Any]]:
 def _no_rounding() -> list[tuple[Any, str, Any]]:
     """`enn.rounded` an identity, also where `enn.ordered_sum` calls it (a private module:
     this is a probe)."""
-    from ensemblenn import _collectives
+    from ensemblenn import _collectives  # private: a probe patches the guard
 
     return [(enn, "rounded", lambda x: x), (_collectives, "_round", lambda x: x)]
 
@@ -91,7 +91,7 @@ def _no_rounding() -> list[tuple[Any, str, Any]]:
 def _guards_everywhere() -> list[tuple[Any, str, Any]]:
     """The rounding guards acting in every frame, as before they were limited to frames
     that promise bits (a private function: this is a probe)."""
-    from ensemblenn import _collectives
+    from ensemblenn import _collectives  # private: a probe patches the guard
 
     return [(_collectives, "_bits_promised", lambda: True)]
 
@@ -101,7 +101,7 @@ def _plain_quadratic(r: Any, metric: Any) -> Any:
 
 
 def _statistics_left_out(state: Any, info: Any) -> Any:
-    from samplers.driver import _chunk
+    from samplers.driver import _chunk  # private: a probe patches the driver's step
 
     position = state.position
     return jnp.concatenate([position, jnp.zeros(len(_chunk.TRACE_STATS), position.dtype)])
@@ -113,7 +113,7 @@ def _scatter_write(buffer: Any, row: Any, start: Any) -> Any:
 
 def _ablations(kind: str) -> list[tuple[str, str, list]]:
     """`(row, path of accelerator._calls, patches)` for one sampler, after its plain rows."""
-    from samplers.driver import _chunk
+    from samplers.driver import _chunk  # private: a probe patches the driver's step
     from samplers.kernels import mala as mala_module
 
     plain_sums = [(mala_module, "_inverse_quadratic", _plain_quadratic)]
