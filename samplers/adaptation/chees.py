@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 import ensemblenn as enn
 
 from .. import random
-from ..integrators import sample_momentum, value_and_grad, velocity
+from ..integrators import value_and_grad, velocity
 from ..kernels import (
     DIVERGENCE_THRESHOLD,
     HMC,
@@ -32,10 +32,7 @@ from ..kernels import (
     Info,
     Logdensity,
     Sampler,
-    hamiltonian_proposal,
-    next_count,
     resolve,
-    select,
 )
 from ._base import EnsembleAdaptation, finite_chain_mean
 from ._dual_averaging import DualAveraging
@@ -106,66 +103,67 @@ class _ChEESInfo(Info):
     start_healthy: Bool[Array, ""]
 
 
-class _ChEESKernel(Sampler):
+class _ChEESKernel(HMC):
     """HMC as ChEES runs it during adaptation: a trajectory of (jittered) length `T`.
 
     The jitter factor `h` is the same in every chain (a Halton sequence of the step count),
     so every chain integrates `ceil(h T / step_size)` leapfrog steps, capped at
-    `max_num_steps`. The step reports the start, the proposal and its velocity.
+    `max_num_steps` (`num_steps`, overridden). The step reports the start, the proposal and
+    its velocity (through `HMC.transition`). Built with `_ChEESKernel.of`.
     """
 
-    step_size: Float[Array, ""]
-    trajectory_length: Float[Array, ""]
-    inverse_mass_matrix: Array
-    averaged_step_size: Float[Array, ""]
-    jitter: float = eqx.field(static=True)
-    max_num_steps: int = eqx.field(static=True)
-    divergence_threshold: float = eqx.field(static=True, default=DIVERGENCE_THRESHOLD)
+    trajectory_length: Float[Array, ""] = eqx.field(kw_only=True)
+    averaged_step_size: Float[Array, ""] = eqx.field(kw_only=True)
+    time_jitter: float = eqx.field(static=True, kw_only=True)  # h in [1 - it, 1 + it)
+    max_num_steps: int = eqx.field(static=True, kw_only=True)
 
-    def init(
-        self, logdensity: Logdensity, position: Float[Array, " dim"], key: PRNGKeyArray
-    ) -> GradientState:
-        position = jnp.asarray(position)
-        logp, grad = value_and_grad(logdensity)(position)
-        return GradientState(position, logp, jnp.int32(0), grad)
+    @classmethod
+    def of(
+        cls,
+        step_size: Array,
+        trajectory_length: Array,
+        inverse_mass_matrix: Array,
+        averaged_step_size: Array,
+        time_jitter: float,
+        max_num_steps: int,
+        divergence_threshold: float,
+    ) -> "_ChEESKernel":
+        return cls(
+            step_size,
+            1,  # num_integration_steps: unused, `num_steps` follows the trajectory length
+            inverse_mass_matrix,
+            jitter=False,
+            divergence_threshold=divergence_threshold,
+            trajectory_length=trajectory_length,
+            averaged_step_size=averaged_step_size,
+            time_jitter=time_jitter,
+            max_num_steps=max_num_steps,
+        )
 
     def time_scale(self, count: Int[Array, ""]) -> Float[Array, ""]:
         """`h` in `[1 - jitter, 1 + jitter)`, mean 1: the trajectory is `h * T` long."""
         u = van_der_corput(count + 1)
-        return 1.0 - self.jitter + 2.0 * self.jitter * u
+        return 1.0 - self.time_jitter + 2.0 * self.time_jitter * u
+
+    def num_steps(self, count: Int[Array, ""], key: PRNGKeyArray | None) -> Int[Array, ""]:
+        length = self.time_scale(count) * self.trajectory_length / self.step_size
+        return jnp.clip(jnp.ceil(length), 1, self.max_num_steps).astype(jnp.int32)
 
     def step(
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, _ChEESInfo]:
-        key_momentum, key_accept = random.split(key)
-        h = self.time_scale(state.count)
-        length = h * self.trajectory_length / self.step_size
-        num_steps = jnp.clip(jnp.ceil(length), 1, self.max_num_steps).astype(jnp.int32)
-        imm = self.inverse_mass_matrix
-        p0 = sample_momentum(state.position, imm, key_momentum)
-        accept, info, end = hamiltonian_proposal(
-            logdensity, state, p0, self.step_size, imm, num_steps, key_accept,
-            divergence_threshold=self.divergence_threshold,
-        )  # fmt: skip
-        new = state.moved(end.position, end.logdensity, end.grad)
+        key_momentum, key_accept = random.split(key)  # the length needs no key
+        new, info, end = self.transition(logdensity, state, key_momentum, None, key_accept)
+        fields = ("acceptance_rate", "is_divergent", "num_grads", "energy_change", "step_size")
         info = _ChEESInfo(
-            **{
-                f: getattr(info, f)
-                for f in (
-                    "acceptance_rate",
-                    "is_divergent",
-                    "num_grads",
-                    "energy_change",
-                    "step_size",
-                )
-            },
+            **{f: getattr(info, f) for f in fields},
             start=state.position,
             proposal=end.position,
-            velocity=velocity(end.momentum, imm),
-            time_scale=jnp.asarray(h, jnp.float32),
+            velocity=velocity(end.momentum, self.inverse_mass_matrix),
+            time_scale=jnp.asarray(self.time_scale(state.count), jnp.float32),
             start_healthy=is_healthy(state),
         )
-        return next_count(select(accept, new, state)), info
+        return new, info
 
 
 class _ChEESState(eqx.Module):
@@ -334,7 +332,7 @@ class ChEES(EnsembleAdaptation):
                 imm = given  # a dense matrix, kept as is
             else:
                 imm = jnp.diagonal(given)
-        kernel = _ChEESKernel(
+        kernel = _ChEESKernel.of(
             eps,
             jnp.maximum(length, eps),
             imm,
@@ -469,12 +467,12 @@ class ChEES(EnsembleAdaptation):
 
         new_state = _ChEESState(new_log_length, opt_state, averaging)
         new_state = jax.tree.map(lambda n, o: jnp.where(valid, n, o), new_state, adaptation_state)
-        kernel = _ChEESKernel(
+        kernel = _ChEESKernel.of(
             jnp.exp(new_state.dual_averaging.log_step_size).astype(jnp.float32),
             jnp.exp(new_state.log_trajectory_length).astype(jnp.float32),
             imm,
             jnp.exp(new_state.dual_averaging.log_averaged).astype(jnp.float32),
-            sampler.jitter,
+            sampler.time_jitter,
             sampler.max_num_steps,
             sampler.divergence_threshold,
         )

@@ -16,6 +16,7 @@ from ._base import Hyper, Info, Logdensity, Sampler, hyperparameter, resolve
 from ._transition import (
     DIVERGENCE_THRESHOLD,
     GradientState,
+    Trajectory,
     hamiltonian_proposal,
     jittered_steps,
     next_count,
@@ -88,7 +89,7 @@ class HMC(Sampler):
             n = np.mean(np.asarray(n.value))
         return max(1, int(np.round(np.asarray(resolve(n, 0)))))
 
-    def num_steps(self, count: Int[Array, ""], key: PRNGKeyArray) -> Int[Array, ""]:
+    def num_steps(self, count: Int[Array, ""], key: PRNGKeyArray | None) -> Int[Array, ""]:
         """The number of leapfrog steps of this transition (drawn when `jitter`)."""
         n = jnp.maximum(jnp.round(resolve(self.num_integration_steps, count)), 1)
         n = n.astype(jnp.int32)
@@ -109,6 +110,31 @@ class HMC(Sampler):
         self, logdensity: Logdensity, state: GradientState, key: PRNGKeyArray
     ) -> tuple[GradientState, Info]:
         key_momentum, key_length, key_accept = random.split(key, 3)
+        new, info, _ = self.transition(logdensity, state, key_momentum, key_length, key_accept)
+        return new, info
+
+    def transition(
+        self,
+        logdensity: Logdensity,
+        state: GradientState,
+        key_momentum: PRNGKeyArray,
+        key_length: PRNGKeyArray | None,
+        key_accept: PRNGKeyArray,
+    ) -> tuple[GradientState, Info, Trajectory]:
+        """`step` from its three keys, also returning where the trajectory ended (accepted
+        or not): for a subclass whose `step` reports more than `Info` (ChEES's kernel
+        reports the proposal and its velocity). `key_length` goes to `num_steps`.
+
+        Example:
+            >>> import jax, jax.numpy as jnp, samplers
+            >>> logdensity = lambda x: -0.5 * (x**2).sum()
+            >>> hmc = samplers.HMC(step_size=0.2, num_integration_steps=4, jitter=False)
+            >>> state = hmc.init(logdensity, jnp.ones(2), jax.random.key(0))
+            >>> keys = jax.random.split(jax.random.key(1), 3)
+            >>> new, info, end = hmc.transition(logdensity, state, *keys)
+            >>> int(info.num_grads), end.momentum.shape
+            (4, (2,))
+        """
         count = state.count
         step_size = resolve(self.step_size, count)
         inverse_mass_matrix = resolve(self.inverse_mass_matrix, count)
@@ -119,4 +145,4 @@ class HMC(Sampler):
             divergence_threshold=self.divergence_threshold,
         )  # fmt: skip
         new = state.moved(end.position, end.logdensity, end.grad)
-        return next_count(select(accept, new, state)), info
+        return next_count(select(accept, new, state)), info, end
