@@ -10,6 +10,7 @@ work (the kernel's steps, the log densities) runs through `enn.batch_invariant` 
 when the map has a `block_size`, so a whole run can be the same bits on any device count.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -24,6 +25,19 @@ from ..kernels import Sampler, init_chain, step_chain
 from ._particles import Tempered
 from ._resampling import _ancestors, resample
 from ._tuning import population_metric
+
+
+def _kernel_step(kernel: Sampler, tempered: Tempered, own: PRNGKeyArray) -> Callable:
+    """The scan body of a particle's moves: step `t` (keyed by `t`) and the running sum of
+    its finite acceptance rates. `Move` and `MoveChains` scan it."""
+
+    def step(carry: tuple, t: Array) -> tuple:
+        state, accepted = carry
+        state, info = step_chain(kernel, tempered, state, random.fold_in(own, t))
+        rate = jnp.where(jnp.isfinite(info.acceptance_rate), info.acceptance_rate, 0.0)
+        return (state, accepted + rate.astype(jnp.float32)), None
+
+    return step
 
 
 class Evaluate(eqx.Module):
@@ -69,13 +83,8 @@ class Move(eqx.Module):
         own = random.fold_in(key, enn.chain_index())
         state = init_chain(kernel, tempered, x, random.fold_in(own, 0))
 
-        def move(carry: tuple, t: Array) -> tuple:
-            state, accepted = carry
-            state, info = step_chain(kernel, tempered, state, random.fold_in(own, t))
-            rate = jnp.where(jnp.isfinite(info.acceptance_rate), info.acceptance_rate, 0.0)
-            return (state, accepted + rate.astype(jnp.float32)), None
-
         steps = jnp.arange(1, self.num_steps + 1, dtype=jnp.int32)
+        move = _kernel_step(kernel, tempered, own)
         (state, accepted), _ = jax.lax.scan(move, (state, jnp.float32(0.0)), steps)
         log_prior, log_likelihood = enn.batch_invariant(tempered.parts)(state.position)
         # The acceptances' sum (its mean is taken on the host: a division here may become a
@@ -123,11 +132,7 @@ class MoveChains(eqx.Module):
         state = init_chain(kernel, tempered, x, random.fold_in(own, 0))
         parts = enn.batch_invariant(tempered.parts)
 
-        def step(carry: tuple, t: Array) -> tuple:
-            state, accepted = carry
-            state, info = step_chain(kernel, tempered, state, random.fold_in(own, t))
-            rate = jnp.where(jnp.isfinite(info.acceptance_rate), info.acceptance_rate, 0.0)
-            return (state, accepted + rate.astype(jnp.float32)), None
+        step = _kernel_step(kernel, tempered, own)
 
         def keep(carry: tuple, steps: Array) -> tuple:
             carry, _ = jax.lax.scan(step, carry, steps)
