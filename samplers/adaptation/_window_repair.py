@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float
 
 import ensemblenn as enn
 
-__all__ = ["ChainHealth", "outliers"]
+__all__ = ["ChainHealth", "nanmedian", "outliers"]
 
 _MEMORY = 0.1  # moving-average weight of the newest step: about 10 steps of memory
 _MAD = 1.4826  # the median absolute deviation of a Gaussian, in standard deviations
@@ -59,6 +59,26 @@ class ChainHealth(eqx.Module):
         )
 
 
+def nanmedian(x: Float[Array, " n"]) -> Float[Array, ""]:
+    """The median of the non-NaN entries of a vector (NaN if there are none): the value of
+    `jnp.nanmedian`, from one sort and two reads. `jnp.nanmedian` goes through the general
+    `nanquantile`, whose extra arithmetic and gathers cost a tenth of a small warmup
+    program's compile time, for three medians per window.
+
+    The middle pair is averaged as `0.5 * a + 0.5 * b`, as `nanquantile`'s linear
+    interpolation does at the midpoint, so the two agree to the bit (tested).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> float(nanmedian(jnp.array([3.0, jnp.nan, 1.0, 2.0, 10.0])))
+        2.5
+    """
+    n = jnp.sum(~jnp.isnan(x))
+    ordered = jnp.sort(x)  # NaNs last
+    low, high = ordered[jnp.maximum(n - 1, 0) // 2], ordered[n // 2]
+    return jnp.where(n > 0, 0.5 * low + 0.5 * high, jnp.nan).astype(x.dtype)
+
+
 def outliers(health: ChainHealth, eligible: Bool[Array, ""], dim: int) -> Bool[Array, ""]:
     """Whether this chain is an outlier among the `eligible` chains (one chain's view).
 
@@ -83,7 +103,7 @@ def outliers(health: ChainHealth, eligible: Bool[Array, ""], dim: int) -> Bool[A
     every_ok = enn.chain_all_gather(eligible) & jnp.isfinite(every_lp) & jnp.isfinite(every_acc)
 
     def median(x: Array) -> Array:
-        return jnp.nanmedian(jnp.where(every_ok, x, jnp.nan))
+        return nanmedian(jnp.where(every_ok, x, jnp.nan))
 
     lp_median = median(every_lp)
     spread = _MAD * median(jnp.abs(every_lp - lp_median))
