@@ -45,7 +45,7 @@ _LONGEST_FIRST = (
     "tests/samplers/adaptation/test_laps.py",
     "tests/samplers/models/test_pytree_models.py",
     "tests/samplers/adaptation/test_chees_meads.py",
-    "tests/samplers/test_deep_ensembles.py",
+    "tests/samplers/ensembles/test_deep_ensembles.py",
     "tests/samplers/kernels/test_nuts.py",
     "tests/samplers/checkpoint/test_multiprocess.py",
 )
