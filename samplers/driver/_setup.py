@@ -161,6 +161,8 @@ def make_setup(
     # each chunk costs a dispatch and a host round trip, ~1.5x a short run's time at 20.
     capacity = options.chunk_size or max(1, math.ceil(total / 20), min(total, 100))
     capacity = max(thin_by, capacity // thin_by * thin_by)
+    resolved = enn.resolve_mesh(mesh, axis)
+    platform = enn.mesh_platform(resolved, axis)
     config = Config(
         capacity=capacity,
         thin=thin_by,
@@ -169,9 +171,9 @@ def make_setup(
         track_bias=options.track_bias and options.reference is not None,
         keep_trace=bool(thin),
         num_chains=num_chains,
+        skip_unkept=thin_by > 1 and platform != "gpu",
     )
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
-    resolved = enn.resolve_mesh(mesh, axis)
     even = num_chains % dict(zip(resolved.axis_names, resolved.axis_sizes))[axis] == 0
     if not traced and jax.process_count() == 1 and even:
         # One program makes the three key sets, laid out on the mesh: not a dozen eager
@@ -199,7 +201,7 @@ def make_setup(
         run_keys=keys[2],
         options=options,
         traced=traced,
-        static_chunks=enn.mesh_platform(resolved, axis) != "cpu",
+        static_chunks=platform != "cpu",
         position=position,
         observed=observed,
         superchain_auto=superchain_auto and superchain_size is not None,

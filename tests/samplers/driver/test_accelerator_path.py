@@ -11,6 +11,9 @@ import numpy as np
 import ensemblenn as enn
 import samplers
 
+# private: the test reads the static facts a run resolves (the driver's Config)
+from samplers.driver import _flat, _options, _setup
+
 TARGET = samplers.targets.IllConditionedGaussian(dim=4, condition_number=5.0)
 X0 = jax.random.normal(jax.random.key(3), (16, 4))
 
@@ -36,6 +39,28 @@ def test_static_chunks_give_the_same_bits(mesh, monkeypatch):
         np.testing.assert_array_equal(x, y)
     assert static.trace.shape == (16, 15, 4) and static.bias_history.shape == (45, 2)
     np.testing.assert_array_equal(static.trace[:, -1], static.state.position)
+
+
+def test_a_thinned_trace_is_every_thin_th_draw(mesh, monkeypatch):
+    """Where a cond runs on the device (CPU, TPU) only the kept rows are written, each in
+    a `lax.cond` on the step number; on a GPU every step writes its row (unkept ones to a
+    scratch row). Either way the thinned trace is every thin-th row of the full one, its
+    statistics too (7 warmup steps: not a multiple of 3 or 4; chunks of 12 steps)."""
+    for platform, skips in (("gpu", False), ("tpu", True), ("cpu", True)):
+        monkeypatch.setattr(enn, "mesh_platform", lambda *args, p=platform, **kw: p)
+        full = go(mesh=mesh, chunk_size=12, thin=1)
+        for thin in (3, 4):
+            setup = _setup.make_setup(
+                X0, jax.random.key(0), _options.RunOptions.checked(16, num_steps=45, thin=thin),
+                position=_flat.Structure.of(X0, batched=True), observed=None,
+            )  # fmt: skip
+            assert setup.config.skip_unkept is skips
+            thinned = go(mesh=mesh, chunk_size=12, thin=thin)
+            assert thinned.trace.shape == (16, 45 // thin, 4)
+            np.testing.assert_array_equal(thinned.trace, full.trace[:, thin - 1 :: thin])
+            for name, values in thinned.sample_stats.items():
+                np.testing.assert_array_equal(values, full.sample_stats[name][:, thin - 1 :: thin])
+            np.testing.assert_array_equal(thinned.state.position, full.state.position)
 
 
 def test_default_is_one_batch_and_auto_is_the_bitwise_mode():
