@@ -11,7 +11,7 @@ Example:
 """
 
 from . import adaptation, arviz, checkpoint, diagnostics, ensembles, integrators
-from . import random, smc, targets
+from . import random, smc, targets, welford
 from ._compilation_cache import default_cache_dir, enable_compilation_cache
 from ._errors import PrecisionWarning, SamplerError, SamplerTypeError
 from .adaptation import (
@@ -140,4 +140,5 @@ __all__ = [
     "random",
     "smc",
     "targets",
+    "welford",
 ]

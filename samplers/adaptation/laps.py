@@ -46,6 +46,7 @@ from ..kernels import (
     init_chain,
     step_chain,
 )
+from ..welford import Welford
 from ._base import finite_chain_mean
 from ._bias_monitor import BiasMonitor, monitor_field
 from ._protocol import Adaptation
@@ -124,24 +125,6 @@ class LAPSInfo(eqx.Module):
     bias_history: Float[Array, "steps 3"] | None = enn.broadcast(default=None, kw_only=True)
 
 
-class _Welford(eqx.Module):
-    """Running mean and sum of squared deviations of one chain's positions."""
-
-    count: Int[Array, ""]
-    mean: Float[Array, " dim"]
-    m2: Float[Array, " dim"]
-
-    @classmethod
-    def zeros_like(cls, x: Float[Array, " dim"]) -> "_Welford":
-        return cls(jnp.zeros((), jnp.int32), jnp.zeros_like(x), jnp.zeros_like(x))
-
-    def update(self, x: Float[Array, " dim"]) -> "_Welford":
-        count = self.count + 1
-        delta = x - self.mean
-        mean = self.mean + delta / count.astype(x.dtype)
-        return _Welford(count, mean, self.m2 + delta * (x - mean))
-
-
 class _Phase1(eqx.Module):
     """The phase-1 loop carry (per-chain and ensemble-wide leaves together)."""
 
@@ -157,8 +140,8 @@ class _Phase1(eqx.Module):
     stopped: Bool[Array, ""]
     excluded: Int[Array, ""]
     divergent: Int[Array, ""]
-    block: _Welford  # this chain, current window-sized block of steps
-    last_block: _Welford  # this chain, last complete block
+    block: Welford  # this chain, current window-sized block of steps
+    last_block: Welford  # this chain, last complete block
     history: Float[Array, "3 num_steps1"]
     bias: Float[Array, "num_steps1 3"] | None  # b² rows, with a bias monitor
 
@@ -171,7 +154,7 @@ class _Phase2(eqx.Module):
     excluded: Int[Array, ""]
     divergent: Int[Array, ""]
     grads: Int[Array, ""]
-    moments: _Welford
+    moments: Welford
 
 
 def _mean(x: Array, axis: int = -1) -> Array:
@@ -489,7 +472,7 @@ class LAPS(Adaptation):
         last_block = jax.tree.map(
             lambda new, old: jnp.where(complete, new, old), block, c.last_block
         )
-        block = jax.tree.map(lambda z, b: jnp.where(complete, z, b), _Welford.zeros_like(x), block)
+        block = jax.tree.map(lambda z, b: jnp.where(complete, z, b), Welford.zeros_like(x), block)
         history = c.history.at[:, c.t].set(
             jnp.stack([step_size, L, jnp.where(full, statistic, 0.0)]).astype(jnp.float32)
         )
@@ -522,7 +505,7 @@ class LAPS(Adaptation):
         x = state.position
         dim, dtype, window = x.shape[-1], x.dtype, self.window
         empty = jnp.zeros((window, dim), dtype)
-        zero = _Welford.zeros_like(x)
+        zero = Welford.zeros_like(x)
         start = _Phase1(
             t=jnp.int32(0),
             state=state,
@@ -573,7 +556,7 @@ class LAPS(Adaptation):
         new = jax.lax.cond(num_bad > 0, restart, lambda p: p, position)
         return new, jnp.where(num_ok > 0, num_bad, 0)
 
-    def _nested_rhat(self, moments: _Welford) -> Float[Array, " dim"] | None:
+    def _nested_rhat(self, moments: Welford) -> Float[Array, " dim"] | None:
         num = enn.num_chains()
         k = self.superchain_size
         if num % k:
@@ -707,7 +690,7 @@ class LAPS(Adaptation):
             jnp.int32(0),
             jnp.int32(0),
             jnp.int32(0),
-            _Welford.zeros_like(position),
+            Welford.zeros_like(position),
         )
         grads1 = p1.t * get_integrator(self.burn_in_integrator).grads_per_step
         before = 2 + grads1  # the two initialisations and phase 1

@@ -3,10 +3,13 @@
 from typing import Any, Optional
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 import ensemblenn as enn
+
+from ..welford import Welford
 
 
 class ChainMoments(eqx.Module):
@@ -65,21 +68,17 @@ class ChainMoments(eqx.Module):
     ) -> "ChainMoments":
         """One more sampling step at `x` (and the observable's value `observed`, which is
         required when these moments track one) in half `half` (0 or 1)."""
-        # Multiply by reciprocals written out: XLA's CPU simplifier turns some (not all)
-        # divisions by a broadcast scalar into such multiplications, depending on the fusion
-        # it picks for the local batch (seen on jax 0.12), which would make the moments
-        # depend on the device count in the last bit.
-        # Both halves are computed and the other one selected away: a dynamic-index
-        # update of one half costs a slow fusion per field on CPU, while this is a few
-        # elementwise kernels; the selected half's arithmetic is unchanged. (enn.rounded:
-        # no fused multiply-add, which XLA uses or not depending on the fusion.)
+        # Both halves are updated (the shared arithmetic of `Welford.update`) and the other
+        # one selected away: a dynamic-index update of one half costs a slow fusion per
+        # field on CPU, while this is a few elementwise kernels.
         this = jnp.arange(2) == half
-        count = self.count + this.astype(self.count.dtype)
-        inv_n = 1 / jnp.maximum(count, 1).astype(x.dtype)[:, None]
-        delta = x - self.mean
-        mean = jnp.where(this[:, None], self.mean + enn.rounded(delta * inv_n), self.mean)
-        m2 = jnp.where(this[:, None], self.m2 + enn.rounded(delta * (x - mean)), self.m2)
-        inv_total = 1 / count.sum().astype(x.dtype)
+        both = jax.vmap(Welford.update, in_axes=(0, None))(
+            Welford(self.count, self.mean, self.m2), x
+        )
+        count = jnp.where(this, both.count, self.count)
+        mean = jnp.where(this[:, None], both.mean, self.mean)
+        m2 = jnp.where(this[:, None], both.m2, self.m2)
+        inv_total = 1 / count.sum().astype(x.dtype)  # as in Welford.update
         second = self.second_moment + enn.rounded(
             (enn.rounded(x * x) - self.second_moment) * inv_total
         )
