@@ -162,16 +162,18 @@ def chunk(
             # needs no bounds check, which a scatter (`.at[].set`, or what `jax.vmap` makes
             # of a dynamic-update-slice: hence `update_slice`) would add.
             slot = kept_before(t) - kept_before(start)
-            row = trace_row(state, info)
+
+            def write(d: Array) -> Array:
+                return update_slice(d, trace_row(state, info), (slot * width,))
+
             if config.skip_unkept:
                 # The predicate comes from the step number, the same for every chain, so
-                # under `jax.vmap` this stays a cond (not a select over the buffer).
-                kept = sampling & ((since + 1) % config.thin == 0)
-                draws = jax.lax.cond(
-                    kept, lambda d: update_slice(d, row, (slot * width,)), lambda d: d, draws
-                )
+                # under `jax.vmap` this stays a cond (not a select over the buffer); the
+                # row is built inside it, only for a kept draw.
+                kept = kept_before(t + 1) > kept_before(t)
+                draws = jax.lax.cond(kept, write, lambda d: d, draws)
             else:
-                draws = update_slice(draws, row, (slot * width,))
+                draws = write(draws)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(

@@ -106,8 +106,8 @@ class ChainMoments(eqx.Module):
 
     def half_mean_var(self) -> tuple[Float[Array, "2 dim"], Float[Array, "2 dim"]]:
         """Per-half means and unbiased variances."""
-        n = self.count.astype(self.mean.dtype)[:, None]
-        return self.mean, self.m2 / jnp.maximum(n - 1.0, 1.0)
+        halves = Welford(self.count, self.mean, self.m2)
+        return self.mean, jax.vmap(Welford.variance)(halves)
 
 
 class StreamingSums(eqx.Module):
