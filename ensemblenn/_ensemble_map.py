@@ -2,6 +2,7 @@
 
 import collections
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -305,6 +306,33 @@ def _execute(plan: _Plan, in_leaves: list, lifted: list) -> Any:
     return mapped(in_leaves, lifted)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def _execute_donating(
+    plan: _Plan, donated: tuple[bool, ...], kept: list, given: list, lifted: list
+) -> Any:
+    """`_execute` with the leaves in `given` (where `donated` is True) donated."""
+    k, g = iter(kept), iter(given)
+    return _execute(plan, [next(g) if d else next(k) for d in donated], lifted)
+
+
+_ARG_INDEX = re.compile(r"args\[(\d+)\]")
+
+
+def _check_donate(donate_argnums: Any) -> tuple[int, ...]:
+    items = (donate_argnums,) if isinstance(donate_argnums, int) else donate_argnums
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = (donate_argnums,)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+        raise EnsembleTypeError(
+            f"donate_argnums must be a non-negative int or a tuple of them, got "
+            f"{donate_argnums!r}.\n  fix: donate_argnums=(3,) donates the fourth positional "
+            "argument."
+        )
+    return tuple(sorted(set(items)))
+
+
 def check_map_options(fn: Any, mesh: Any, axis: Any, closures: Any, strict: Any) -> None:
     """`ensemble_map`'s arguments, checked when it is called (before anything traces)."""
     if not callable(fn):
@@ -359,8 +387,10 @@ class EnsembleMapped:
         closures: str,
         strict: bool,
         block_size: int | str | None = None,
+        donate_argnums: int | tuple[int, ...] = (),
     ):
         check_map_options(fn, mesh, axis, closures, strict)
+        self.donate_argnums = _check_donate(donate_argnums)
         self.fn = fn
         self.mesh = mesh
         self.axis = axis
@@ -391,9 +421,11 @@ class EnsembleMapped:
         self._check_chain_count(n, devices, infos)
         num_local = n // devices
         in_per_chain = tuple(i.role is PER_CHAIN for i in infos)
+        donated = self._donated(infos, len(args))
         leaves = [
-            place(i.value, mesh, spec_for(i.role, self.axis), reuse=i.role is BROADCAST)
-            for i in infos
+            # A donated leaf is never the shared replicated copy that `reuse` keeps.
+            place(i.value, mesh, spec_for(i.role, self.axis), reuse=i.role is BROADCAST and not d)
+            for i, d in zip(infos, donated)
         ]
         static_tree = eqx.filter(
             (self.fn, args, kwargs), eqx.is_array, inverse=True, replace=_ARRAY
@@ -452,7 +484,12 @@ class EnsembleMapped:
             reuse,
         )
         try:
-            pc_out, bc_out = _execute(plan, leaves, lifted)
+            if any(donated):
+                kept = [x for x, d in zip(leaves, donated) if not d]
+                given = [x for x, d in zip(leaves, donated) if d]
+                pc_out, bc_out = _execute_donating(plan, donated, kept, given, lifted)
+            else:
+                pc_out, bc_out = _execute(plan, leaves, lifted)
         except NotImplementedError as err:
             if "Closing over" not in str(err):
                 raise
@@ -528,6 +565,20 @@ class EnsembleMapped:
             reuse = _Reuse()
         return captured, trace.info, reuse
 
+    def _donated(self, infos: list[LeafInfo], nargs: int) -> tuple[bool, ...]:
+        """Which of the call's array leaves belong to a donated positional argument."""
+        if not self.donate_argnums:
+            return (False,) * len(infos)
+        for i in self.donate_argnums:
+            if i >= nargs:
+                raise EnsembleTypeError(
+                    f"donate_argnums names argument {i}, but the call has {nargs} positional "
+                    f"argument(s).\n  fix: donate_argnums=({nargs - 1},) or fewer; keyword "
+                    "arguments cannot be donated."
+                )
+        found = (_ARG_INDEX.match(i.path) for i in infos)
+        return tuple(m is not None and int(m.group(1)) in self.donate_argnums for m in found)
+
     def _args_roles(self, nargs: int) -> Any:
         roles = self.in_roles
         if isinstance(roles, Role) or roles is None:
@@ -598,6 +649,7 @@ def ensemble_map(
     closures: Literal["lift", "error"] = "lift",
     strict: bool = False,
     block_size: int | Literal["auto"] | None = None,
+    donate_argnums: int | tuple[int, ...] = (),
 ) -> EnsembleMapped:
     """Run `fn`, written for ONE chain, over every chain of a sharded ensemble.
 
@@ -639,6 +691,10 @@ def ensemble_map(
             vectorises worse. `None` (the default) runs that code over all of a device's
             chains at once, fastest, but free to differ in the last bit between device
             counts.
+        donate_argnums: positional arguments whose array leaves the call may reuse for its
+            outputs (`jax.jit`'s donation): an output of the same shape and role is written
+            in place, with no copy, and the donated arrays are deleted. For buffers that a
+            loop of calls updates (a run-wide trace); never donate an array you read again.
 
     Returns:
         A callable with the signature of `fn` that takes and returns whole ensembles.
@@ -660,4 +716,5 @@ def ensemble_map(
         closures=closures,
         strict=strict,
         block_size=block_size,
+        donate_argnums=donate_argnums,
     )
