@@ -34,11 +34,9 @@ ABSENT = -jnp.inf
 to itself (a multi-process restore checks that every process holds the same trace)."""
 
 
-def trace_row(state: Any, info: Any) -> Float[Array, " width"]:
-    """One chain's kept draw as one row: its position, then `TRACE_STATS` in the position's
-    dtype (every count and flag here is exact in it), so the trace stays one array, laid
-    out, saved and restored like the positions alone."""
-    dtype = state.position.dtype
+def trace_stats(info: Any, dtype: Any) -> Float[Array, " stats"]:
+    """One kept draw's `TRACE_STATS` in the position's dtype (every count and flag here is
+    exact in it), one number each."""
 
     def scalar(field: str) -> Array:
         value = jnp.asarray(getattr(info, field, ABSENT), dtype)
@@ -46,8 +44,82 @@ def trace_row(state: Any, info: Any) -> Float[Array, " width"]:
         # ArviZ's statistics are one number per draw.
         return value if value.ndim == 0 else jnp.mean(value)
 
-    stats = [scalar(field) for _, field in TRACE_STATS]
-    return jnp.concatenate([state.position, jnp.stack(stats)])
+    return jnp.stack([scalar(field) for _, field in TRACE_STATS])
+
+
+def _flat_width(dim: int) -> int:
+    """A flat trace row's width: the position and `TRACE_STATS`, padded so that no row
+    straddles a TPU's 128-lane tile and a wide one starts on a tile (at most twice the
+    bytes: a power of two up to 128, whole tiles above). A MALA step at 16384 chains,
+    gauss100, TPU v5e: 177 µs with rows of 107, 165 with rows of 128 (benchmarks §15)."""
+    width = dim + len(TRACE_STATS)
+    return 1 << (width - 1).bit_length() if width <= 128 else -(-width // 128) * 128
+
+
+class Trace(eqx.Module):
+    """One chain's kept draws of the whole run, written in place by every chunk (the
+    buffers are donated to each chunk's call) and handed to the result without a copy
+    where its layout is the result's (on a CPU, slicing, joining and splitting the chunks'
+    rows cost as much as sampling did: a MALA run at 512 chains, benchmarks §15).
+
+    On a CPU, `positions` is `(rows, dim)` and `stats` `(rows, len(TRACE_STATS))`: the
+    result's trace is `positions` itself. On an accelerator one flat buffer holds rows of
+    the position then the statistics (`stats` is None), each padded (`_flat_width`): a TPU
+    tiles the last two axes of a batched `(chains, rows, dim)` buffer in (8, 128), so
+    writing one row of every chain touched a sublane of each chain's tile (~260-370 µs of a
+    16384-chain step); flat, a row of 8 chains lies in one or two tiles. A GPU, which
+    writes every step's row (see `Config.skip_unkept`), has a scratch row after the kept
+    ones for the steps after the last kept draw.
+    """
+
+    positions: Float[Array, "..."]
+    stats: Float[Array, "..."] | None
+
+    @staticmethod
+    def empty(config: "Config", position: Array) -> "Trace":
+        """One chain's buffers for the run's kept draws (`position` gives dim and dtype)."""
+        dim, n, dtype = position.shape[-1], len(TRACE_STATS), position.dtype
+        if config.flat_trace:
+            return Trace(jnp.zeros((config.rows * _flat_width(dim),), dtype), None)
+        return Trace(jnp.zeros((config.rows, dim), dtype), jnp.zeros((config.rows, n), dtype))
+
+    def rows(self, dim: int) -> tuple[Array, Array]:
+        """`(positions (rows, dim), stats (rows, len(TRACE_STATS)))`, scratch row included."""
+        if self.stats is not None:
+            return self.positions, self.stats
+        rows = self.positions.reshape(-1, _flat_width(dim))
+        return rows[:, :dim], rows[:, dim : dim + len(TRACE_STATS)]
+
+    def starting_with(self, saved: Array, dim: int) -> "Trace":
+        """These buffers with `saved` rows (a checkpoint's: position, then statistics)
+        written first."""
+        if self.stats is None:
+            rows = self.positions.reshape(-1, _flat_width(dim))
+            rows = rows.at[: saved.shape[0], : saved.shape[1]].set(saved)
+            return Trace(rows.reshape(-1), None)
+        k = saved.shape[0]
+        return Trace(
+            self.positions.at[:k].set(saved[:, :dim]), self.stats.at[:k].set(saved[:, dim:])
+        )
+
+    def draw(self, position: Array, stats: Array) -> Any:
+        """One kept draw as `written` takes it: one row where the buffer is flat."""
+        if self.stats is not None:
+            return position, stats
+        pad = jnp.zeros(_flat_width(position.shape[-1]) - position.shape[-1] - stats.shape[-1])
+        return jnp.concatenate([position, stats, pad.astype(position.dtype)])
+
+    def written(self, draw: Any, slot: Array) -> "Trace":
+        """These buffers with `draw` written at row `slot` (the same for every chain, so
+        that the batched write is one dynamic-update-slice: see `update_slice`)."""
+        if self.stats is None:
+            return Trace(update_slice(self.positions, draw, (slot * draw.shape[0],)), None)
+        position, stats = draw
+        at = (slot, jnp.zeros_like(slot))
+        return Trace(
+            update_slice(self.positions, position[None], at),
+            update_slice(self.stats, stats[None], at),
+        )
 
 
 class Config(eqx.Module):
@@ -62,7 +134,6 @@ class Config(eqx.Module):
     half_point: int = eqx.field(static=True)
     first_sample: int = eqx.field(static=True)
     track_bias: bool = eqx.field(static=True)
-    keep_trace: bool = eqx.field(static=True)
     num_chains: int = eqx.field(static=True, default=1)
     # The chunk's length when compiled into the program (accelerators), else None: the
     # length is then an operand, and one program serves every chunk (CPU). A loop whose
@@ -74,6 +145,10 @@ class Config(eqx.Module):
     # a 16384-chain step on a TPU v5e, benchmarks §15); not on a GPU, which sends a cond's
     # predicate to the host.
     skip_unkept: bool = eqx.field(static=True, default=False)
+    # The run's trace buffer: its rows (kept draws, plus a scratch row where every step
+    # writes) and whether it is flat (see `Trace`).
+    rows: int = eqx.field(static=True, default=1)
+    flat_trace: bool = eqx.field(static=True, default=False)
 
 
 class Carry(eqx.Module):
@@ -101,31 +176,21 @@ def chunk(
     start: Array,
     length: Array,
     reference: Any,
+    trace: Trace | None,
 ) -> tuple:
-    """`length` (<= capacity) steps of one chain, from global step `start`.
+    """`length` (<= capacity) steps of one chain, from global step `start`, writing the
+    kept draws into `trace` (the run's buffers, or None to keep none).
 
     Steps before `config.first_sample` are warmup: they move the chain but add nothing to
     the moments, the trace or the bias history.
     """
     observe = getattr(logdensity, "observable", None)
     separate = carry.moments.observed is not None
-    width = carry.state.position.shape[-1] + len(TRACE_STATS)
-    # One row per kept draw, and a scratch row: every step writes its row at the next free
-    # slot, which only a kept draw claims (the next step overwrites any other), so the
-    # write needs no read of the buffer and no select. The caller keeps the claimed rows.
-    # Flat, reshaped once after the loop: a TPU tiles the last two axes of a batched
-    # `(chains, rows, width)` buffer in (8, 128), so writing one row of every chain touched
-    # a sublane of each chain's tile (~260-370 µs of a 16384-chain step, benchmarks §15);
-    # in `(chains, rows * width)` a row of 8 chains lies in one or two tiles.
-    draws = jnp.zeros(((config.capacity // config.thin + 1) * width,), carry.state.position.dtype)
+
     bias = jnp.zeros((config.capacity, 2), jnp.float32)
 
-    def kept_before(t: Array) -> Array:
-        # Kept draws among the sampling steps before global step `t`.
-        return jnp.maximum(t - config.first_sample, 0) // config.thin
-
     def body(i: Array, loop: tuple) -> tuple:
-        c, draws, bias = loop
+        c, trace, bias = loop
         t = start + i
         state, info = step_chain(sampler, logdensity, c.state, random.fold_in(key, t))
         since = t - config.first_sample
@@ -154,40 +219,39 @@ def chunk(
             grads,
             bias_grads,
         )
-        if config.keep_trace:
-            # Written at the next free slot (see `draws`), found from the step number: no
-            # counter carried, no select, no read, and no cond (on a GPU a cond sends its
-            # predicate to the host every step). The slot never passes the scratch row
-            # (capacity is a multiple of thin), so the slice's clamping never acts and it
-            # needs no bounds check, which a scatter (`.at[].set`, or what `jax.vmap` makes
-            # of a dynamic-update-slice: hence `update_slice`) would add.
-            slot = kept_before(t) - kept_before(start)
-            row = trace_row(state, info)
+        if trace is not None:
+            # Written at the next free slot, found from the step number: kept draws before
+            # this step. Where every step writes (no `skip_unkept`), a step that is not kept
+            # writes the slot its next kept step overwrites (or, after the last one, the
+            # scratch row): no counter carried, no select, no read. The slot never passes
+            # the last row, so the slice's clamping never acts and it needs no bounds
+            # check, which a scatter (`.at[].set`, or what `jax.vmap` makes of a
+            # dynamic-update-slice: hence `update_slice`) would add.
+            slot = jnp.maximum(t - config.first_sample, 0) // config.thin
+            draw = trace.draw(state.position, trace_stats(info, state.position.dtype))
+
+            def write(tr: Trace) -> Trace:
+                return tr.written(draw, slot)
+
             if config.skip_unkept:
                 # The predicate comes from the step number, the same for every chain, so
-                # under `jax.vmap` this stays a cond (not a select over the buffer). The row
-                # is built outside the cond: built inside its branch, the gain was gone on
-                # a TPU v5e (MALA 167 -> 188 µs per step, benchmarks §15).
-                kept = sampling & ((since + 1) % config.thin == 0)  # claims slot: see draws
-                draws = jax.lax.cond(
-                    kept, lambda d: update_slice(d, row, (slot * width,)), lambda d: d, draws
-                )
+                # under `jax.vmap` this stays a cond (not a select over the buffer). The
+                # draw is built outside the cond: a row built inside its branch lost the
+                # gain on a TPU v5e (MALA 167 -> 188 µs per step, benchmarks §15).
+                kept = sampling & ((since + 1) % config.thin == 0)
+                trace = jax.lax.cond(kept, write, lambda tr: tr, trace)
             else:
-                draws = update_slice(draws, row, (slot * width,))
+                trace = write(trace)
         if config.track_bias and reference is not None:
             estimate = enn.chain_mean(observed**2)
             b2 = jnp.stack(
                 diag.bias_squared(estimate, reference.second_moment, reference.second_moment_var)
             )
             bias = bias.at[i].set(b2.astype(jnp.float32))
-        return c, draws, bias
+        return c, trace, bias
 
     acc_before = carry.acceptance
     steps = length if config.steps is None else config.steps
-    carry, draws, bias = jax.lax.fori_loop(0, steps, body, (carry, draws, bias))
+    carry, trace, bias = jax.lax.fori_loop(0, steps, body, (carry, trace, bias))
     chunk_acceptance = enn.chain_mean((carry.acceptance - acc_before) / length)
-    return (
-        carry,
-        draws.reshape(-1, width) if config.keep_trace else None,
-        (chunk_acceptance, bias if config.track_bias else None),
-    )
+    return carry, trace, (chunk_acceptance, bias if config.track_bias else None)

@@ -1,6 +1,5 @@
 """The end of a run: ensemble diagnostics on device, and the `Result`."""
 
-import functools
 from typing import Any
 
 import equinox as eqx
@@ -13,7 +12,7 @@ from ensemblenn import BROADCAST, PER_CHAIN
 from .. import diagnostics as diag
 from ..adaptation import BiasMonitor
 from ..kernels import Logdensity
-from ._chunk import TRACE_STATS
+from ._chunk import TRACE_STATS, Trace
 from ._flat import Structure
 from ._moments import ChainMoments, StreamingSums
 from ._result import Diagnostics, Result, Unconstrained
@@ -90,26 +89,34 @@ def on_mesh_of(x: Any, fn: Any) -> Any:
         return fn(x)
 
 
-def _unravel_chain(
-    logdensity: Logdensity,
-    position: Structure,
-    observed: Structure | None,
-    final: Any,
-    rows: Any,
-    lp: bool,
-) -> tuple[Any, Any, Any, Any, Any]:
-    """One chain's outputs in the user's structures: its final position, its kept draws
-    (trace rows `(draws, dim + len(TRACE_STATS))`) as positions and as observables, their
-    log densities and their sample statistics (one program, not an eager slice each)."""
-    final = position.unravel(final)
-    if rows is None:
-        return final, None, None, None, None
-    draws = rows[:, : position.dim]
-    stats = {name: rows[:, position.dim + i] for i, (name, _) in enumerate(TRACE_STATS)}
-    observe = observed is not None
-    trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
-    lps = jax.vmap(logdensity)(draws) if lp else None
-    return final, position.unravel(draws), trace, lps, stats
+class _Unravel(eqx.Module):
+    """One chain's outputs in the user's structures (a Module, not a `functools.partial`,
+    so that equal calls are equal and every run reuses one program)."""
+
+    kept: int = eqx.field(static=True)  # draws kept by the run
+    direct: bool = eqx.field(static=True)  # the positions buffer is the result's trace
+
+    def __call__(
+        self,
+        logdensity: Logdensity,
+        position: Structure,
+        observed: Structure | None,
+        final: Any,
+        trace: Trace | None,
+        lp: bool,
+    ) -> tuple[Any, Any, Any, Any, Any]:
+        """Its final position, its kept draws (from the run's trace buffers) as positions
+        (None when `direct`) and as observables, their log densities and their sample
+        statistics (one program, not an eager slice each)."""
+        final = position.unravel(final)
+        if trace is None:
+            return final, None, None, None, None
+        draws, rows = (x[: self.kept] for x in trace.rows(position.dim))
+        stats = {name: rows[:, i] for i, (name, _) in enumerate(TRACE_STATS)}
+        observe = observed is not None
+        trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
+        lps = jax.vmap(logdensity)(draws) if lp else None
+        return final, None if self.direct else position.unravel(draws), trace, lps, stats
 
 
 def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
@@ -122,10 +129,15 @@ def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
     return True
 
 
-def _grads_history(bias_grads: Any, num_steps: int) -> Any:
+class _GradsHistory(eqx.Module):
     """The ensemble's gradients per chain after each sampling step, `(num_steps,)`, from the
-    slots spread over the chains (chain `c` holds steps `c, c + n, ...`)."""
-    return enn.chain_all_gather(bias_grads).T.reshape(-1)[:num_steps]
+    slots spread over the chains (chain `c` holds steps `c, c + n, ...`). A Module, so that
+    equal calls are equal and reuse one program."""
+
+    num_steps: int = eqx.field(static=True)
+
+    def __call__(self, bias_grads: Any) -> Any:
+        return enn.chain_all_gather(bias_grads).T.reshape(-1)[: self.num_steps]
 
 
 def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) -> Result:
@@ -150,23 +162,35 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
             return parts[0] if parts else None
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
-    rows = joined(at.trace, axis=1)  # (chains, draws, dim + len(TRACE_STATS))
+    buffers, config = at.trace, setup.config
+    kept = setup.num_steps // config.thin if buffers is not None else 0
+    # A plain position's kept draws are the buffer itself when it is laid out as the
+    # result is and holds no scratch row: no copy of the run's largest array.
+    direct = (
+        buffers is not None
+        and setup.position.plain
+        and not config.flat_trace
+        and config.rows == kept
+    )
     outputs = enn.ensemble_map(
-        _unravel_chain, in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
+        _Unravel(kept, direct),
+        in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, None),
         out_roles=PER_CHAIN, **setup.mapping,
     )  # fmt: skip
     state, position_trace, trace, draw_logdensity, sample_stats = carry.state, *[None] * 4
-    if rows is not None or not setup.position.plain:  # else nothing to unravel
+    if buffers is not None or not setup.position.plain:  # else nothing to unravel
         final, position_trace, trace, draw_logdensity, sample_stats = outputs(
-            logdensity, setup.position, setup.observed, carry.state.position, rows,
-            rows is not None and _takes_one_position(setup, logdensity),
+            logdensity, setup.position, setup.observed, carry.state.position, buffers,
+            buffers is not None and _takes_one_position(setup, logdensity),
         )  # fmt: skip
         state = eqx.tree_at(lambda s: s.position, carry.state, final)
+    if direct:
+        position_trace = buffers.positions
     trace = position_trace if trace is None else trace
     grads_history = None
     if carry.bias_grads is not None:
         history = enn.ensemble_map(
-            functools.partial(_grads_history, num_steps=setup.num_steps),
+            _GradsHistory(setup.num_steps),
             in_roles=PER_CHAIN, out_roles=BROADCAST, **setup.mapping,
         )  # fmt: skip
         grads_history = history(carry.bias_grads)

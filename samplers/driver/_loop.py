@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -14,20 +15,56 @@ from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import checkpoint
 from ..kernels import Logdensity, Sampler
-from ._chunk import Carry, chunk
+from ._chunk import Carry, Config, Trace, chunk
 from ._finalise import on_mesh_of
 from ._progress import Progress
 from ._setup import Setup
 
 
 class Sampled(NamedTuple):
-    """Where the loop stands: the carry, and the host-side pieces of trace and b² history."""
+    """Where the loop stands: the carry, the run's trace buffers (None: none kept) and the
+    host-side pieces of the b² history."""
 
     sampler: Sampler
     carry: Carry
     adaptation_info: Any
-    trace: list
+    trace: Trace | None
     bias_history: list
+
+
+def _fill(config: Config, position: Any, saved: Any) -> Trace:
+    # One chain's run-wide buffers, holding the rows of a checkpoint (if any) first.
+    trace = Trace.empty(config, position)
+    return trace if saved is None else trace.starting_with(saved, position.shape[-1])
+
+
+def new_trace(setup: Setup, carry: Carry, saved: Any = None) -> Trace | None:
+    """The run's trace buffers (None when it keeps no draw), with a checkpoint's kept rows
+    `(chains, draws, dim + len(TRACE_STATS))` written first."""
+    if not setup.thin or _kept_draws(setup, 0, setup.total) == 0:
+        return None
+    fill = enn.ensemble_map(
+        _fill, in_roles=(None, PER_CHAIN, PER_CHAIN), out_roles=PER_CHAIN, **setup.mapping
+    )
+    return fill(setup.config, carry.state.position, saved)
+
+
+class _KeptRows(eqx.Module):
+    # One chain's first `kept` draws as checkpoint rows (a Module: equal saves are equal).
+    dim: int = eqx.field(static=True)
+    kept: int = eqx.field(static=True)
+
+    def __call__(self, trace: Trace) -> Any:
+        positions, stats = trace.rows(self.dim)
+        return jnp.concatenate([positions[: self.kept], stats[: self.kept]], axis=1)
+
+
+def kept_rows(setup: Setup, trace: Trace, dim: int, kept: int) -> Any:
+    """The first `kept` draws of the run's buffers as checkpoint rows (a copy)."""
+    rows = enn.ensemble_map(
+        _KeptRows(dim, kept), in_roles=PER_CHAIN, out_roles=PER_CHAIN, **setup.mapping
+    )
+    return rows(trace)
 
 
 def _kept_draws(setup: Setup, start: int, length: int) -> int:
@@ -50,26 +87,30 @@ def chunk_loop(
     calling `on_chunk(steps done, total)` after each chunk (and its save)."""
     run_chunk = enn.ensemble_map(
         chunk,
-        in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None),
+        in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None, PER_CHAIN),
         out_roles=(PER_CHAIN, PER_CHAIN, BROADCAST),
+        # The trace buffers are written in place, chunk after chunk.
+        donate_argnums=8,
         **setup.mapping,
     )
     carry, capacity = at.carry, setup.config.capacity
 
-    def call(start: int, length: int) -> tuple:
+    def call(start: int, length: int, trace: Trace | None) -> tuple:
         config = setup.config
         if setup.static_chunks:
             config = dataclasses.replace(config, steps=length)
         return run_chunk(
             config, at.sampler, logdensity, carry, setup.run_keys,
-            jnp.int32(start), jnp.int32(length), setup.reference,
+            jnp.int32(start), jnp.int32(length), setup.reference, trace,
         )  # fmt: skip
 
     if bar.enabled and first_step < setup.total and not setup.static_chunks:
         # A chunk of no steps: compiles the program (once per run) without moving the
         # chains, so the bar can show the compilation as a phase of its own.
         with bar.phase("compiling") as produced:
-            produced.append(call(first_step, 0)[0])
+            compiled, trace, _ = call(first_step, 0, at.trace)
+            at = at._replace(trace=trace)  # the buffers given were donated to the call
+            produced.append(compiled)
     done, in_flight = first_step, None
     try:
         if on_chunk is not None and not setup.traced:
@@ -77,8 +118,9 @@ def chunk_loop(
         for start in range(first_step, setup.total, capacity):
             length = min(capacity, setup.total - start)
             tick = time.perf_counter()
-            carry, draws, (acceptance, bias) = call(start, length)
-            _keep(setup, at, start, length, draws, bias)
+            carry, trace, (acceptance, bias) = call(start, length, at.trace)
+            at = at._replace(trace=trace)
+            _keep(setup, at, start, length, bias)
             if bar.enabled:
                 jax.block_until_ready(carry)  # time the steps, not their dispatch
                 phase = "warmup" if start + length <= setup.num_warmup else "sampling"
@@ -109,13 +151,10 @@ def chunk_loop(
     return at
 
 
-def _keep(setup: Setup, at: Sampled, start: int, length: int, draws: Any, bias: Any) -> None:
-    """Append a chunk's kept draws and b² history to the host-side lists of `at`."""
-    # lax slices: one program each, where basic indexing (`d[:, :k]`) is a gather and its
-    # index arrays, four programs to compile or load in a fresh process.
-    kept = _kept_draws(setup, start, length) if setup.thin else 0
-    if kept:
-        at.trace.append(on_mesh_of(draws, lambda d, k=kept: lax.slice_in_dim(d, 0, k, axis=1)))
+def _keep(setup: Setup, at: Sampled, start: int, length: int, bias: Any) -> None:
+    """Append a chunk's b² history to the host-side list of `at`."""
+    # A lax slice: one program, where basic indexing (`b[lo:]`) is a gather and its index
+    # arrays, more programs to compile or load in a fresh process.
     first_sampled = max(start, setup.num_warmup)
     if bias is not None and first_sampled < start + length:
         lo = first_sampled - start
@@ -124,9 +163,13 @@ def _keep(setup: Setup, at: Sampled, start: int, length: int, draws: Any, bias: 
 
 def save(store: "checkpoint.Store", setup: Setup, at: Sampled, step: int) -> None:
     """Save the run as it stands after `step` steps."""
+    trace = None
+    if setup.thin:
+        kept = _kept_draws(setup, 0, step)
+        dim = at.carry.state.position.shape[-1]
+        trace = [kept_rows(setup, at.trace, dim, kept)] if kept else []
     snapshot = checkpoint.Snapshot.of_run(
-        step, at.sampler, at.carry, at.adaptation_info, setup.run_keys,
-        at.trace if setup.thin else None,
+        step, at.sampler, at.carry, at.adaptation_info, setup.run_keys, trace,
         at.bias_history if setup.config.track_bias else None,
     )  # fmt: skip
     store.save(snapshot, setup.total)

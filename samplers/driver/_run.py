@@ -20,7 +20,7 @@ from ..targets import Target
 from ._finalise import finalise
 from ._flat import flatten_target, float64_leaves, float64_message
 from ._initial import initial_positions, start_unset
-from ._loop import Sampled, chunk_loop, save
+from ._loop import Sampled, chunk_loop, new_trace, save
 from ._options import RunOptions
 from ._prepare import prepare
 from ._progress import Progress
@@ -101,7 +101,8 @@ def run(
             whole run (`samplers.driver._setup.TRACE_MEMORY_BUDGET`: chains x kept draws x
             (position, observable, log density and 7 statistics) x itemsize), else every
             k-th draw for the smallest k that fits (the summary says which: "trace: every
-            4th draw kept (memory budget 256 MiB)"). 0 keeps no trace (thousands of
+            4th draw kept (memory budget 256 MiB)"; on an accelerator the buffer's rows
+            are padded, up to twice that while sampling). 0 keeps no trace (thousands of
             chains, or many steps, where the streaming moments and diagnostics suffice).
         reference: `samplers.targets.Moments` to measure `bias_squared` against.
         superchain_size: group consecutive chains into superchains for nested R-hat,
@@ -245,11 +246,14 @@ def _sample(
     """Initialise and adapt (or restore a checkpoint), then run the chunks."""
     saved = store.restore(start, setup.run_keys) if store is not None else None
     if saved is None:
-        at, first_step = Sampled(*start(bar), trace=[], bias_history=[]), 0
+        at, first_step = Sampled(*start(bar), trace=None, bias_history=[]), 0
+        at = at._replace(trace=new_trace(setup, at.carry))
         if store is not None and adapting:
             save(store, setup, at, 0)  # adaptation can be long: keep its outcome
     else:
-        at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, saved.trace_list(),
+        rows = saved.trace_list()
+        trace = new_trace(setup, saved.carry, rows[0] if rows else None)
+        at = Sampled(saved.sampler, saved.carry, saved.adaptation_info, trace,
                      saved.bias_list())  # fmt: skip
         first_step = saved.step
         bar.start_at(first_step)

@@ -92,7 +92,9 @@ TRACE_MEMORY_BUDGET = 256 * 2**20
 """Bytes the kept draws of one `samplers.run` call may take by default (`thin=None`), all
 chains and devices together: the trace rows (positions and per-draw sample statistics)
 on the devices, plus the observables and log densities computed from them at the end.
-Every draw is kept if they fit, else every k-th draw for the smallest k that fits."""
+Every draw is kept if they fit, else every k-th draw for the smallest k that fits. On an
+accelerator the rows are padded to the TPU's tiles while sampling (`_chunk._flat_width`),
+up to twice the position's and statistics' bytes; the same k is chosen on every platform."""
 
 
 def trace_row_bytes(position: Structure, observed: Structure | None) -> int:
@@ -163,15 +165,18 @@ def make_setup(
     capacity = max(thin_by, capacity // thin_by * thin_by)
     resolved = enn.resolve_mesh(mesh, axis)
     platform = enn.mesh_platform(resolved, axis)
+    skip_unkept = thin_by > 1 and platform != "gpu"
     config = Config(
         capacity=capacity,
         thin=thin_by,
         half_point=num_steps // 2,
         first_sample=num_warmup,
         track_bias=options.track_bias and options.reference is not None,
-        keep_trace=bool(thin),
         num_chains=num_chains,
-        skip_unkept=thin_by > 1 and platform != "gpu",
+        skip_unkept=skip_unkept,
+        # Every kept draw, and a scratch row where unkept steps write after the last one.
+        rows=num_steps // thin_by + (thin_by > 1 and not skip_unkept),
+        flat_trace=platform != "cpu",
     )
     traced = any(isinstance(x, jax.core.Tracer) for x in (*jax.tree.leaves(positions), key))
     even = num_chains % dict(zip(resolved.axis_names, resolved.axis_sizes))[axis] == 0

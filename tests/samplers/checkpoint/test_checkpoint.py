@@ -593,3 +593,21 @@ def test_resume_with_any_fingerprint_field_changed_is_a_mismatch(tmp_path, field
         _restore(tmp_path, {**base, **change})
     expected = HIDDEN.get(field, f"  {field}: ")
     assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_resume_on_the_accelerator_trace_layout_is_bitwise(tmp_path, monkeypatch, platform):
+    """On an accelerator the trace buffer is flat, its rows padded to TPU tiles (and on a
+    GPU with a scratch row): the checkpoint's rows are read out of it and written back
+    into a fresh one on resume (the platform is patched: no accelerator in CI)."""
+    monkeypatch.setattr(enn, "mesh_platform", lambda *args, **kw: platform)
+    sampler, target, positions, kwargs = make_run()
+    expected = outcome(samplers.run(sampler, target, positions, **kwargs))
+    interrupted_run(monkeypatch, tmp_path, after_step=30, checkpoint_every=15)
+    assert checkpoint.inspect(tmp_path)["num_draws"] == 4
+    result = samplers.run(
+        sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs
+    )
+    for name, value in expected.items():
+        np.testing.assert_array_equal(outcome(result)[name], value, err_msg=name)
+    assert expected["trace"].shape == (8, 8, 3)  # 40 sampling steps, every 5th kept
