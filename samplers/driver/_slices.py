@@ -14,6 +14,7 @@ halves axis, of length 2, is tiled with the chains).
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 from jaxtyping import Array
 
 
@@ -29,7 +30,22 @@ def update_slice(buffer: Array, update: Array, start: tuple[Array, ...]) -> Arra
         >>> rows.tolist()
         [[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]]
     """
-    return jax.lax.dynamic_update_slice(buffer, update, start)
+    return jax.lax.dynamic_update_slice(*_one_type(buffer, update), start)
+
+
+def _one_type(buffer: Array, update: Array) -> tuple[Array, Array]:
+    """`buffer` and `update` with one sharding type, which dynamic_update_slice insists on.
+
+    Under `jax.set_mesh` of an Explicit mesh, `enn.batch_invariant` traces one chain's code
+    with a position typed on the mesh while the run's trace buffer (an operand) is typed
+    on none; both are then typed replicated on the mesh (outside that trace the types
+    agree and nothing changes)."""
+    have, want = jax.typeof(update).sharding, jax.typeof(buffer).sharding
+    if have == want:
+        return buffer, update
+    if getattr(want.mesh, "empty", False):
+        return jax.sharding.reshard(buffer, P()), jax.sharding.reshard(update, P())
+    return buffer, jax.sharding.reshard(update, want.spec)
 
 
 @update_slice.def_vmap
@@ -46,4 +62,4 @@ def _batched(axis_size: int, in_batched: list, buffer: Array, update: Array,
             buffer, update, start
         ), True
     chains = jnp.zeros((), jnp.result_type(*start)) if start else jnp.int32(0)
-    return jax.lax.dynamic_update_slice(buffer, update, (chains, *start)), True
+    return jax.lax.dynamic_update_slice(*_one_type(buffer, update), (chains, *start)), True

@@ -67,3 +67,24 @@ def test_the_result_equals_a_run_in_one_chunk(mesh):
     np.testing.assert_array_equal(a.trace, b.trace)
     for name in a.sample_stats:
         np.testing.assert_array_equal(a.sample_stats[name], b.sample_stats[name])
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+@pytest.mark.parametrize("block_size", [None, "auto"])
+def test_under_set_mesh_of_an_explicit_mesh(explicit_mesh, monkeypatch, platform, block_size):
+    """`jax.set_mesh` of an Explicit mesh types the chains' values on it while the trace
+    buffer (an operand) is typed on none: the write still goes through, and the draws are
+    the ones an Auto mesh gives (the bitwise mode: the same bits)."""
+    monkeypatch.setattr(enn, "mesh_platform", lambda *args, **kw: platform)
+    settings = dict(key=jax.random.key(0), num_steps=30, num_warmup=10, chunk_size=12,
+                    block_size="auto", progress=False)  # fmt: skip
+    kernel = samplers.MALA(step_size=0.7)
+    reference = samplers.run(kernel, TARGET, X0, **settings)
+    settings["block_size"] = block_size
+    with jax.set_mesh(explicit_mesh):
+        result = samplers.run(kernel, TARGET, X0, **settings)
+    assert result.trace.shape == (8, 30, 3)
+    if block_size == "auto":
+        np.testing.assert_array_equal(result.trace, reference.trace)
+    else:
+        np.testing.assert_allclose(result.trace, reference.trace, rtol=1e-5, atol=1e-5)
