@@ -106,8 +106,8 @@ class Trace(eqx.Module):
         """One kept draw as `written` takes it: one row where the buffer is flat."""
         if self.stats is not None:
             return position, stats
-        pad = jnp.zeros(_flat_width(position.shape[-1]) - position.shape[-1] - stats.shape[-1])
-        return jnp.concatenate([position, stats, pad.astype(position.dtype)])
+        pad = _flat_width(position.shape[-1]) - position.shape[-1] - stats.shape[-1]
+        return jnp.concatenate([position, stats, jnp.zeros(pad, position.dtype)])
 
     def written(self, draw: Any, slot: Array) -> "Trace":
         """These buffers with `draw` written at row `slot` (the same for every chain, so

@@ -163,7 +163,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
         return on_mesh_of(parts[0], lambda _: jnp.concatenate(parts, axis=axis))
 
     buffers, config = at.trace, setup.config
-    kept = setup.num_steps // config.thin if buffers is not None else 0
+    kept = setup.num_kept
     # A plain position's kept draws are the buffer itself when it is laid out as the
     # result is and holds no scratch row: no copy of the run's largest array.
     direct = (

@@ -41,7 +41,7 @@ def _fill(config: Config, position: Any, saved: Any) -> Trace:
 def new_trace(setup: Setup, carry: Carry, saved: Any = None) -> Trace | None:
     """The run's trace buffers (None when it keeps no draw), with a checkpoint's kept rows
     `(chains, draws, dim + len(TRACE_STATS))` written first."""
-    if not setup.thin or _kept_draws(setup, 0, setup.total) == 0:
+    if setup.num_kept == 0:
         return None
     fill = enn.ensemble_map(
         _fill, in_roles=(None, PER_CHAIN, PER_CHAIN), out_roles=PER_CHAIN, **setup.mapping

@@ -50,6 +50,11 @@ class Setup(NamedTuple):
         return self.options.mapping
 
     @property
+    def num_kept(self) -> int:
+        """Draws the run keeps in its trace (0 with `thin=0`)."""
+        return self.num_steps // self.thin if self.thin else 0
+
+    @property
     def total(self) -> int:
         return self.num_warmup + self.num_steps
 

@@ -26,7 +26,6 @@ print(
     json.dumps(
         {
             "devices": jax.device_count(),
-            "spec": str(first.sharding.spec) if not first.is_deleted() else "deleted",
             "first_taken": first.is_deleted(),
             "values": np.asarray(second).tolist(),
         }
