@@ -159,7 +159,7 @@ def _blackjax(bj: Any, x0: Any, steps: int, keep: bool = False) -> Any:
     from samplers.driver._setup import automatic_thin  # private: as above
 
     chains, dim = x0.shape
-    row_bytes = (dim + len(TRACE_STATS) + 1) * x0.dtype.itemsize
+    row_bytes = (dim + len(TRACE_STATS)) * x0.dtype.itemsize
     thin = max(1, automatic_thin(chains, steps, row_bytes)) if keep else steps
     kept, rest = divmod(steps, thin)
     start = jax.vmap(bj.init)(x0)

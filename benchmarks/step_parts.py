@@ -100,7 +100,7 @@ def _plain_quadratic(r: Any, metric: Any) -> Any:
     return jnp.sum(r**2 / jnp.asarray(metric, r.dtype))
 
 
-def _statistics_left_out(info: Any, dtype: Any) -> Any:
+def _statistics_left_out(state: Any, info: Any, dtype: Any) -> Any:
     from samplers.driver import _chunk  # private: a probe patches the driver's step
 
     return jnp.zeros(len(_chunk.TRACE_STATS), dtype)

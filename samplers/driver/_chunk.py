@@ -24,22 +24,27 @@ TRACE_STATS = (
     ("energy_error", "energy_change"),
     ("tree_depth", "tree_depth"),
     ("energy", "energy"),
+    ("lp", "logdensity"),
 )
 """The per-draw sample statistics a kept trace row carries after the position: ArviZ's
-name and the kernel's `Info` field it is read from. A field the kernel's info lacks is
-`ABSENT` (`tree_depth` of a kernel other than NUTS), and the export leaves it out."""
+name and the field it is read from, the kernel's `Info`'s, or for `lp` the new state's
+log density (the draw's, as the chain computed it: the run does not evaluate the log
+density of every kept draw again at its end, which at 512 chains of a 100-d MALA run cost
+as much as 25 µs per step, benchmarks §15). A field the kernel's info lacks is `ABSENT`
+(`tree_depth` of a kernel other than NUTS), and the export leaves it out."""
 
 ABSENT = -jnp.inf
 """The value of a statistic the kernel does not report: not NaN, which compares unequal
 to itself (a multi-process restore checks that every process holds the same trace)."""
 
 
-def trace_stats(info: Any, dtype: Any) -> Float[Array, " stats"]:
+def trace_stats(state: Any, info: Any, dtype: Any) -> Float[Array, " stats"]:
     """One kept draw's `TRACE_STATS` in the position's dtype (every count and flag here is
     exact in it), one number each."""
 
     def scalar(field: str) -> Array:
-        value = jnp.asarray(getattr(info, field, ABSENT), dtype)
+        source = state if field == "logdensity" else info
+        value = jnp.asarray(getattr(source, field, ABSENT), dtype)
         # A per-coordinate value (a RandomWalk's step size per dimension): its mean, as
         # ArviZ's statistics are one number per draw.
         return value if value.ndim == 0 else jnp.mean(value)
@@ -228,7 +233,7 @@ def chunk(
             # check, which a scatter (`.at[].set`, or what `jax.vmap` makes of a
             # dynamic-update-slice: hence `update_slice`) would add.
             slot = jnp.maximum(t - config.first_sample, 0) // config.thin
-            draw = trace.draw(state.position, trace_stats(info, state.position.dtype))
+            draw = trace.draw(state.position, trace_stats(state, info, state.position.dtype))
 
             def write(tr: Trace) -> Trace:
                 return tr.written(draw, slot)

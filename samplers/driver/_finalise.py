@@ -106,20 +106,31 @@ class _Unravel(eqx.Module):
         lp: bool,
     ) -> tuple[Any, Any, Any, Any, Any]:
         """Its final position, its kept draws (from the run's trace buffers) as positions
-        (None when `direct`) and as observables, their log densities and their sample
-        statistics (one program, not an eager slice each)."""
+        (None when `direct`) and as observables, their log densities (the trace's, None
+        unless `lp`) and their other sample statistics (one program, not an eager slice
+        each)."""
         final = position.unravel(final)
         if trace is None:
             return final, None, None, None, None
         draws, rows = (x[: self.kept] for x in trace.rows(position.dim))
         stats = {name: rows[:, i] for i, (name, _) in enumerate(TRACE_STATS)}
+        lps = stats.pop("lp")
         observe = observed is not None
         trace = observed.unravel(jax.vmap(logdensity.observable)(draws)) if observe else None
-        lps = jax.vmap(logdensity)(draws) if lp else None
-        return final, None if self.direct else position.unravel(draws), trace, lps, stats
+        return (
+            final,
+            None if self.direct else position.unravel(draws),
+            trace,
+            lps if lp else None,
+            stats,
+        )
 
 
-def _takes_one_position(setup: Setup, logdensity: Logdensity) -> bool:
+def _draws_have_logdensity(setup: Setup, state: Any, logdensity: Logdensity) -> bool:
+    # The trace's `lp` is the state's log density: the draw's, unless the state has none
+    # (a sampler of the user's own) or it is a minibatch's estimate.
+    if getattr(state, "logdensity", None) is None:
+        return False
     try:
         jax.eval_shape(
             logdensity, jax.ShapeDtypeStruct((setup.position.dim,), setup.position.dtype)
@@ -181,7 +192,7 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
     if buffers is not None or not setup.position.plain:  # else nothing to unravel
         final, position_trace, trace, draw_logdensity, sample_stats = outputs(
             logdensity, setup.position, setup.observed, carry.state.position, buffers,
-            buffers is not None and _takes_one_position(setup, logdensity),
+            buffers is not None and _draws_have_logdensity(setup, carry.state, logdensity),
         )  # fmt: skip
         state = eqx.tree_at(lambda s: s.position, carry.state, final)
     if direct:

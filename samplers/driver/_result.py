@@ -129,7 +129,10 @@ class Result(eqx.Module):
             chains and fewer than 1000 steps, see `samplers.driver._verdict`), else None.
         superchain_auto: whether `superchain_size` was chosen automatically.
         unconstrained: `Unconstrained`: diagnostics and draws of the position itself.
-        draw_logdensity: `(num_chains, num_draws)` log density of each kept draw, or None.
+        draw_logdensity: `(num_chains, num_draws)` log density of each kept draw, as the
+            chain computed it while sampling (its state's `logdensity`, in the position's
+            dtype); None without a trace, for a minibatch log density, or when the
+            sampler's state has no `logdensity`.
         grads_history: `(num_steps,)` the ensemble's gradients per chain (mean over chains,
             warmup included, adaptation not) after each sampling step, when b² is tracked.
         adaptation_bias: with `track_bias=True`, the ensemble's b² after every adaptation

@@ -103,10 +103,10 @@ up to twice the position's and statistics' bytes; the same k is chosen on every 
 
 
 def trace_row_bytes(position: Structure, observed: Structure | None) -> int:
-    """Bytes one chain's kept draw takes: its trace row (the position and `TRACE_STATS`),
-    the observable computed from it at the end, and its log density."""
+    """Bytes one chain's kept draw takes: its trace row (the position and `TRACE_STATS`, its
+    log density among them) and the observable computed from it at the end."""
     itemsize = np.dtype(position.dtype).itemsize
-    row = (position.dim + len(TRACE_STATS) + 1) * itemsize
+    row = (position.dim + len(TRACE_STATS)) * itemsize
     if observed is not None:
         row += observed.dim * np.dtype(observed.dtype).itemsize
     return row

@@ -60,6 +60,18 @@ def test_moments_match_the_trace(mesh):
     np.testing.assert_allclose(result.diagnostics.bias_squared_max, expected[0], rtol=1e-3)
 
 
+def test_draw_logdensity_is_each_kept_draws_log_density(mesh):
+    # Recorded from the chain's state while sampling (not evaluated again at the end): the
+    # column must be the log density of the row's own draw, across chunks and thinning.
+    for sampler in (samplers.MALA(step_size=0.7), samplers.HMC(0.5, 3), samplers.RandomWalk(0.8)):
+        result = go(mesh=mesh, sampler=sampler, thin=3, chunk_size=7)
+        expected = jax.vmap(jax.vmap(TARGET))(result.trace)
+        assert result.draw_logdensity.shape == (8, 10)
+        np.testing.assert_allclose(result.draw_logdensity, expected, rtol=1e-5, atol=1e-6)
+        assert "lp" not in result.sample_stats  # ArviZ's `lp` comes from draw_logdensity
+        np.testing.assert_array_equal(result.draw_logdensity[:, -1], result.state.logdensity)
+
+
 def test_bias_uses_the_targets_observable():
     funnel = samplers.targets.NealsFunnel(dim=3)
     x0 = jax.vmap(funnel.sample)(jax.random.split(jax.random.key(2), 64))

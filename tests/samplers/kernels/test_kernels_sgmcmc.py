@@ -261,3 +261,5 @@ def test_sg_mcmc_posterior_mean_on_logistic_regression(name, logistic, explicit_
     assert np.all((sd_ratio > 0.9) & (sd_ratio < 1.5)), sd_ratio
     assert int(jnp.sum(result.num_divergent)) == 0
     np.testing.assert_array_equal(result.num_grads, 200)
+    # A minibatch's log density is an estimate: no per-draw value is reported.
+    assert result.trace is not None and result.draw_logdensity is None
