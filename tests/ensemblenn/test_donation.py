@@ -94,4 +94,5 @@ def test_on_a_one_device_process_the_output_is_donated_again_without_a_copy():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["devices"] == 1
     assert got["first_taken"], "the second call copied its donated input instead of taking it"
+    assert not got["first_put_again"], "an output laid out as P() was put again as P(chains)"
     assert got["values"] == [[i, i, 0.0] for i in range(8)]
