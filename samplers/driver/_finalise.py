@@ -126,20 +126,6 @@ class _Unravel(eqx.Module):
         )
 
 
-def _draws_have_logdensity(setup: Setup, state: Any, logdensity: Logdensity) -> bool:
-    # The trace's `lp` is the state's log density: the draw's, unless the state has none
-    # (a sampler of the user's own) or it is a minibatch's estimate.
-    if getattr(state, "logdensity", None) is None:
-        return False
-    try:
-        jax.eval_shape(
-            logdensity, jax.ShapeDtypeStruct((setup.position.dim,), setup.position.dtype)
-        )
-    except TypeError:
-        return False  # a minibatch log density (position, indices): no per-draw value
-    return True
-
-
 class _GradsHistory(eqx.Module):
     """The ensemble's gradients per chain after each sampling step, `(num_steps,)`, from the
     slots spread over the chains (chain `c` holds steps `c, c + n, ...`). A Module, so that
@@ -151,10 +137,13 @@ class _GradsHistory(eqx.Module):
         return enn.chain_all_gather(bias_grads).T.reshape(-1)[: self.num_steps]
 
 
-def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) -> Result:
+def finalise(
+    setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool, one_position: bool = True
+) -> Result:
     """The `Result` of a run whose loop has ended at `at` (a `Sampled`); `logdensity` is
     the (flat) log density the chains used, for the observable of the kept draws;
-    `adapted` whether an adaptation ran."""
+    `adapted` whether an adaptation ran; `one_position` whether the log density takes one
+    position (not a minibatch's estimate: then the kept draws have their log density)."""
     diagnose = enn.ensemble_map(
         _diagnose_both,
         in_roles=(PER_CHAIN, None, BROADCAST, None, None, None),
@@ -192,7 +181,9 @@ def finalise(setup: Setup, at: Any, logdensity: Logdensity, *, adapted: bool) ->
     if buffers is not None or not setup.position.plain:  # else nothing to unravel
         final, position_trace, trace, draw_logdensity, sample_stats = outputs(
             logdensity, setup.position, setup.observed, carry.state.position, buffers,
-            buffers is not None and _draws_have_logdensity(setup, carry.state, logdensity),
+            # The trace's `lp` is the state's log density: the draw's, unless the state has
+            # none (a sampler of the user's own) or it is a minibatch's estimate.
+            buffers is not None and one_position and hasattr(carry.state, "logdensity"),
         )  # fmt: skip
         state = eqx.tree_at(lambda s: s.position, carry.state, final)
     if direct:

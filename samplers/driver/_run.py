@@ -188,7 +188,7 @@ def run(
         warnings.warn(PrecisionWarning(float64_message(wide, plain=root)), stacklevel=2)
     observed = observed if _has_observable(user) else None
     check_finite(positions)
-    check_logdensity(user, position.one_chain())
+    one_position = check_logdensity(user, position.one_chain())  # False: a minibatch's
     num_chains = int(np.shape(positions)[0])
     options = RunOptions.checked(
         num_chains, num_steps=num_steps, num_warmup=num_warmup, thin=thin,
@@ -225,7 +225,9 @@ def run(
     finally:
         bar.close()
     # Whether an adaptation ran: the verdict's fixes then do not suggest one.
-    result = finalise(setup, at, logdensity, adapted=adaptation is not None)
+    result = finalise(
+        setup, at, logdensity, adapted=adaptation is not None, one_position=one_position
+    )
     if not setup.traced:  # the rule: samplers.driver._verdict
         verdict = result.verdict
         if not verdict.converged:

@@ -14,15 +14,17 @@ from ..adaptation import Adaptation
 from ..kernels import Sampler
 
 
-def check_logdensity(logdensity: Any, one: Any) -> None:
+def check_logdensity(logdensity: Any, one: Any) -> bool:
     """The log-density must map one chain's position (`one`: its pytree of
-    `jax.ShapeDtypeStruct`) to a real scalar JAX array, and be traceable.
+    `jax.ShapeDtypeStruct`) to a real scalar JAX array, and be traceable. Returns whether
+    it takes one position (False: a minibatch log-density `(position, indices)`, which its
+    kernel checks).
 
     An exception of the log density's own (say a model's `MyModelError`) is re-raised as
     itself, with a note; only what the library detects is a `SamplerError`."""
     shape = jax.tree.map(lambda x: x.shape, one)
     if not _takes_one_argument(logdensity):
-        return  # e.g. a minibatch log-density (position, indices): its kernel checks it
+        return False
     returned: list[Any] = []
     try:
         out = jax.eval_shape(lambda x: returned.append(logdensity(x)) or returned[-1], one)
@@ -43,6 +45,7 @@ def check_logdensity(logdensity: Any, one: Any) -> None:
         )
         raise
     check_logdensity_value(returned[-1] if returned else out, out, shape)
+    return True
 
 
 def _takes_one_argument(fn: Any) -> bool:
