@@ -15,7 +15,7 @@ from ensemblenn import BROADCAST, PER_CHAIN
 
 from .. import checkpoint
 from ..kernels import Logdensity, Sampler
-from ._chunk import Carry, Config, Trace, chunk
+from ._chunk import TRACE_STATS, Carry, Config, Trace, chunk
 from ._finalise import on_mesh_of
 from ._progress import Progress
 from ._setup import Setup
@@ -43,6 +43,15 @@ def new_trace(setup: Setup, carry: Carry, saved: Any = None) -> Trace | None:
     `(chains, draws, dim + len(TRACE_STATS))` written first."""
     if setup.num_kept == 0:
         return None
+    width = setup.position.dim + len(TRACE_STATS)
+    if saved is not None and saved.shape[-1] != width:
+        raise checkpoint.CheckpointError(
+            f"The checkpoint's kept draws are rows of {saved.shape[-1]} numbers where this "
+            f"run writes {width} (the position's {setup.position.dim} and "
+            f"{len(TRACE_STATS)} statistics): it was written by another version of "
+            "samplers.\n  fix: start afresh in a new checkpoint_dir (or resume with the "
+            "version that wrote it)."
+        )
     fill = enn.ensemble_map(
         _fill, in_roles=(None, PER_CHAIN, PER_CHAIN), out_roles=PER_CHAIN, **setup.mapping
     )

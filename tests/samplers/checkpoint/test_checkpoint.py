@@ -182,6 +182,22 @@ def test_checkpoint_of_another_sampler_is_a_clear_error(tmp_path, monkeypatch):
         )
 
 
+def test_trace_rows_of_another_width_are_a_clear_error(tmp_path, monkeypatch):
+    # A checkpoint written by a version whose trace rows held another set of statistics
+    # (before `lp` was recorded: one fewer): a CheckpointError, not a broadcasting error.
+    from samplers.driver import _loop  # private: the statistics this version writes
+
+    interrupted_run(monkeypatch, tmp_path, after_step=30, checkpoint_every=10)
+    sampler, target, positions, kwargs = make_run()
+    monkeypatch.setattr(_loop, "TRACE_STATS", (*_loop.TRACE_STATS, ("other", "other")))
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        samplers.run(sampler, target, positions, checkpoint_dir=tmp_path, resume=True, **kwargs)
+    message = str(err.value)
+    assert "rows of 11 numbers where this run writes 12" in message, message
+    assert "another version" in message and "fix:" in message
+    assert not (tmp_path / checkpoint.LOCKNAME).exists()  # the folder's lock given back
+
+
 def test_existing_checkpoint_needs_resume_and_bad_arguments_are_errors(tmp_path, monkeypatch):
     interrupted_run(monkeypatch, tmp_path, after_step=10, checkpoint_every=10)
     sampler, target, positions, kwargs = make_run()
