@@ -125,9 +125,10 @@ def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
 
 
 def _laid_out_as(x: Any, sharding: NamedSharding) -> bool:
-    # Equal, or on the same mesh with the same bytes on every device: on a one-device mesh
-    # `shard_map` returns per-chain outputs as `P()`, and putting them back as `P(axis)`
-    # cost a dispatch per leaf per call (16 per `samplers.run` call).
+    # Equal, or on the same Auto mesh with the same bytes on every device: on a one-device
+    # mesh `shard_map` returns per-chain outputs as `P()`, and putting them back as
+    # `P(axis)` cost a dispatch per leaf per call (16 per `samplers.run` call). On an
+    # Explicit mesh the spec is part of the array's type, which `shard_map` checks.
     have = getattr(x, "sharding", None)
     if have == sharding:
         return True
@@ -135,6 +136,7 @@ def _laid_out_as(x: Any, sharding: NamedSharding) -> bool:
         isinstance(x, jax.Array)
         and isinstance(have, NamedSharding)
         and have.mesh == sharding.mesh
+        and AxisType.Explicit not in tuple(getattr(sharding.mesh, "axis_types", ()))
         and have.is_equivalent_to(sharding, x.ndim)
     )
 

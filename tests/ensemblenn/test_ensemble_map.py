@@ -286,3 +286,22 @@ def test_bad_out_roles_are_reported_as_out_roles(mesh):
     spec = enn.ensemble_map(lambda x: x, mesh=mesh, in_roles=enn.PER_CHAIN, out_roles=P("chains"))
     with pytest.raises(enn.RoleError, match="out_roles at .* a PartitionSpec; out_roles takes"):
         spec(jnp.zeros(N))
+
+
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+def test_one_device_mesh_outputs_feed_the_next_call_in_either_role(kind):
+    # On one device a per-chain array and a broadcast one hold the same bytes: on an Auto
+    # mesh an output is passed on as it is (not put again); on an Explicit mesh the spec is
+    # the array's type, which shard_map checks, so it is put in the role the call declares.
+    axis_type = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}
+    one = jax.devices()[:1]
+    mesh = jax.make_mesh((1,), ("chains",), axis_types=(axis_type[kind],), devices=one)
+    step = enn.ensemble_map(
+        lambda x, table: x + table.sum(0), mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST),
+        out_roles=enn.PER_CHAIN,
+    )  # fmt: skip
+    x = step(jnp.zeros((N, 3)), jnp.ones((2, 3)))  # 2 everywhere
+    y = step(x, x)  # a per-chain output as the broadcast argument: 2 + 8 * 2
+    np.testing.assert_array_equal(y, 18.0)
+    z = step(y, jnp.zeros((1, 3)))  # and as the per-chain one
+    np.testing.assert_array_equal(z, y)
