@@ -125,20 +125,25 @@ def place(x: Any, mesh: Any, spec: P, *, reuse: bool = False) -> Any:
 
 
 def _laid_out_as(x: Any, sharding: NamedSharding) -> bool:
-    # Equal, or on the same Auto mesh with the same bytes on every device: on a one-device
-    # mesh `shard_map` returns per-chain outputs as `P()`, and putting them back as
-    # `P(axis)` cost a dispatch per leaf per call (16 per `samplers.run` call). On an
-    # Explicit mesh the spec is part of the array's type, which `shard_map` checks.
+    # Equal, or the same layout spelled differently: shard_map returns outputs as
+    # `P(axis, None)` where they are placed as `P(axis)` (a dispatch per leaf per call on
+    # an Explicit mesh), and on a one-device Auto mesh as `P()`. On an Explicit mesh the
+    # spec is part of the array's type, which `shard_map` checks: only trailing `None`s
+    # may differ there.
     have = getattr(x, "sharding", None)
     if have == sharding:
         return True
-    return (
+    if not (
         isinstance(x, jax.Array)
         and isinstance(have, NamedSharding)
         and have.mesh == sharding.mesh
-        and AxisType.Explicit not in tuple(getattr(sharding.mesh, "axis_types", ()))
-        and have.is_equivalent_to(sharding, x.ndim)
-    )
+        and have.memory_kind == sharding.memory_kind
+    ):
+        return False
+    if AxisType.Explicit in tuple(getattr(sharding.mesh, "axis_types", ())):
+        pad = lambda spec: tuple(spec) + (None,) * (x.ndim - len(spec))  # noqa: E731
+        return pad(have.spec) == pad(sharding.spec)
+    return have.is_equivalent_to(sharding, x.ndim)
 
 
 def _put(x: Any, sharding: NamedSharding) -> Any:

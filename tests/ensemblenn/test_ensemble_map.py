@@ -288,14 +288,16 @@ def test_bad_out_roles_are_reported_as_out_roles(mesh):
         spec(jnp.zeros(N))
 
 
+@pytest.mark.parametrize("devices", [1, 4])
 @pytest.mark.parametrize("kind", ["auto", "explicit"])
-def test_one_device_mesh_outputs_feed_the_next_call_in_either_role(kind):
+def test_outputs_feed_the_next_call_in_either_role(kind, devices):
     # On one device a per-chain array and a broadcast one hold the same bytes: on an Auto
     # mesh an output is passed on as it is (not put again); on an Explicit mesh the spec is
     # the array's type, which shard_map checks, so it is put in the role the call declares.
+    # On four devices the roles differ in bytes: always put.
     axis_type = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}
-    one = jax.devices()[:1]
-    mesh = jax.make_mesh((1,), ("chains",), axis_types=(axis_type[kind],), devices=one)
+    some = jax.devices()[:devices]
+    mesh = jax.make_mesh((devices,), ("chains",), axis_types=(axis_type[kind],), devices=some)
     step = enn.ensemble_map(
         lambda x, table: x + table.sum(0), mesh=mesh, in_roles=(enn.PER_CHAIN, enn.BROADCAST),
         out_roles=enn.PER_CHAIN,
