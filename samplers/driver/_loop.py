@@ -91,9 +91,10 @@ def chunk_loop(
     store: "checkpoint.Store | None",
     bar: Progress,
     on_chunk: Callable[[int, int], None] | None = None,
-) -> Sampled:
+) -> tuple[Sampled, int]:
     """Run the chunks from `first_step` to the end, saving when the store says so and
-    calling `on_chunk(steps done, total)` after each chunk (and its save)."""
+    calling `on_chunk(steps done, total)` after each chunk (and its save). Returns the run
+    as dispatched and the steps known to have run; `wait` blocks until all have."""
     run_chunk = enn.ensemble_map(
         chunk,
         in_roles=(None, None, None, PER_CHAIN, PER_CHAIN, BROADCAST, BROADCAST, None, PER_CHAIN),
@@ -150,14 +151,28 @@ def chunk_loop(
                 jax.block_until_ready(carry)  # the steps it is told of have run
                 done = start + length
                 on_chunk(done, setup.total)
-        jax.block_until_ready(carry)
     except KeyboardInterrupt as err:
-        # Say how far the run got (the CLI prints it); the checkpoint, if any, holds the
-        # last save.
-        err.step = done
-        err.add_note(f"samplers.run: interrupted at step {done} of {setup.total}")
+        _note(err, done, setup.total)
         raise
-    return at
+    # Not waited for here: what the caller dispatches next (the run's finalise) overlaps
+    # the last chunk's steps; `wait` then blocks with the same word on Ctrl-C.
+    return at, done
+
+
+def wait(at: Sampled, done: int, total: int) -> None:
+    """Block until the last chunk has run (`done`: the steps known to have run)."""
+    try:
+        jax.block_until_ready(at.carry)
+    except KeyboardInterrupt as err:
+        _note(err, done, total)
+        raise
+
+
+def _note(err: KeyboardInterrupt, done: int, total: int) -> None:
+    """Say how far the run got (the CLI prints it); the checkpoint, if any, holds the
+    last save."""
+    err.step = done
+    err.add_note(f"samplers.run: interrupted at step {done} of {total}")
 
 
 def _keep(setup: Setup, at: Sampled, start: int, length: int, bias: Any) -> None:

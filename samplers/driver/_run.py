@@ -20,7 +20,7 @@ from ..targets import Target
 from ._finalise import finalise
 from ._flat import flatten_target, float64_leaves, float64_message
 from ._initial import initial_positions, start_unset
-from ._loop import Sampled, chunk_loop, new_trace, save
+from ._loop import Sampled, chunk_loop, new_trace, save, wait
 from ._options import RunOptions
 from ._prepare import prepare
 from ._progress import Progress
@@ -216,18 +216,20 @@ def run(
         return prepare(setup, sampler, adaptation, logdensity, positions, bar)
 
     try:
-        at = _sample(setup, logdensity, start, store, bar, options.on_chunk,
-                     adapting=adaptation is not None)  # fmt: skip
+        at, done = _sample(setup, logdensity, start, store, bar, options.on_chunk,
+                           adapting=adaptation is not None)  # fmt: skip
+        # Dispatched while the last chunk runs. `adapted`: whether an adaptation ran (the
+        # verdict's fixes then do not suggest one).
+        result = finalise(
+            setup, at, logdensity, adapted=adaptation is not None, one_position=one_position
+        )
+        wait(at, done, setup.total)
     except BaseException:
         if store is not None:  # interrupted or failed: this run will not go on
             store.close()
         raise
     finally:
         bar.close()
-    # Whether an adaptation ran: the verdict's fixes then do not suggest one.
-    result = finalise(
-        setup, at, logdensity, adapted=adaptation is not None, one_position=one_position
-    )
     if not setup.traced:  # the rule: samplers.driver._verdict
         verdict = result.verdict
         if not verdict.converged:
@@ -244,8 +246,9 @@ def _sample(
     on_chunk: Callable[[int, int], None] | None,
     *,
     adapting: bool,
-) -> Sampled:
-    """Initialise and adapt (or restore a checkpoint), then run the chunks."""
+) -> tuple[Sampled, int]:
+    """Initialise and adapt (or restore a checkpoint), then run the chunks (see
+    `chunk_loop`)."""
     saved = store.restore(start, setup.run_keys) if store is not None else None
     if saved is None:
         at, first_step = Sampled(*start(bar), trace=None, bias_history=[]), 0
