@@ -18,6 +18,8 @@ plain array is called `x` (`x[0]`, `x[1]`, ...). A plain `(num_chains, dim)` arr
 wrapped at all, so such runs are exactly as before.
 """
 
+import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +72,13 @@ def path_name(path: tuple, root: str = "x") -> str:
     return name or root
 
 
+@functools.lru_cache(maxsize=8)
+def _flat_names(
+    leaf_names: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]
+) -> tuple[str, ...]:
+    return tuple(c for n, s in zip(leaf_names, shapes, strict=True) for c in _element_names(n, s))
+
+
 def _element_names(name: str, shape: tuple[int, ...]) -> list[str]:
     if not shape:
         return [name]
@@ -101,7 +110,6 @@ class Structure(eqx.Module):
     leaf_names: tuple[str, ...] = eqx.field(static=True)
     shapes: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     dtype: Any = eqx.field(static=True)
-    names: tuple[str, ...] = eqx.field(static=True)
     plain: bool = eqx.field(static=True)
 
     @classmethod
@@ -148,13 +156,19 @@ class Structure(eqx.Module):
                     "every leaf needs the same number of chains along its first axis."
                 )
             shapes = [s[1:] for s in shapes]
-        flat = [c for n, s in zip(names, shapes, strict=True) for c in _element_names(n, s)]
         plain = treedef.num_leaves == 1 and len(shapes[0]) == 1 and not leaves[0][0]
-        return cls(treedef, tuple(names), tuple(shapes), dtypes[0], tuple(flat), plain)
+        return cls(treedef, tuple(names), tuple(shapes), dtypes[0], plain)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        # Made when read (summaries, exports), not per run: one string per coordinate would
+        # cost every call ~1 ms per 10 000 coordinates, and a static field is hashed into
+        # each program's cache key.
+        return _flat_names(self.leaf_names, self.shapes)
 
     @property
     def dim(self) -> int:
-        return len(self.names)
+        return sum(math.prod(shape) for shape in self.shapes)
 
     def one_chain(self) -> Any:
         """One chain's pytree of `jax.ShapeDtypeStruct` leaves (for `jax.eval_shape`)."""
