@@ -2,13 +2,14 @@
 
 Part `resampling`: `samplers.smc.resample` of `--particles` particles of `--floats` float32
 each, inside one `enn.ensemble_map` body that resamples `--rounds` times in a
-`lax.fori_loop` (the time per resampling excludes the call's fixed cost), per scheme; then,
-in raw `jax.shard_map` (the framework has no public point-to-point collective), the same
-systematic resampling two ways: every device all-gathers every particle (what `resample`
-does), or a neighbour exchange (a `ppermute` of a fixed-size prefix and suffix of each
-device's block, falling back to the all-gather when a device needs rows from further
-away). The two raw rows return the same bits (checked). Timed in alternation, min and
-median; `MB/dev` is what one device receives per resampling.
+`lax.fori_loop` (the time per resampling excludes the call's fixed cost), per scheme
+(`resample` takes the particles with `enn.chain_take(..., reach=N / D)`: the neighbours'
+blocks, or every particle when an ancestor lies further away); then, in raw
+`jax.shard_map`, the same systematic resampling two ways: every device all-gathers every
+particle, or a neighbour exchange of a smaller fixed-size prefix and suffix of each
+device's block (falling back to the all-gather when a device needs rows from further
+away). The raw rows return the same bits as `resample` (checked). Timed in alternation,
+min and median; `MB/dev` is what one device receives per resampling.
 
 Part `smc`: `samplers.SMC` vs `blackjax.adaptive_tempered_smc` on a conjugate Gaussian
 (prior N(0, I_d), one observation per coordinate with unit noise: log Z is known exactly),
@@ -177,9 +178,20 @@ def resampling(args: argparse.Namespace, records: list[dict]) -> None:
     times = interleaved(fns, {name: (key, lw, x) for name in fns}, repeats, 1)
     row_bytes = 4 * dim
     gathered = (devices - 1) * local * (row_bytes + 4) / 1e6  # particles and log weights
+    # What `resample`'s `chain_take` receives: the neighbours' blocks when every ancestor
+    # (of the first round's key, all schemes sorted) lies within one block of its device's.
+    weights = (devices - 1) * local * 4 / 1e6
     for name, (t_min, t_median) in times.items():
         received = gathered
         note = ""
+        if name.startswith("resample "):
+            a = np.asarray(ancestors(jax.random.fold_in(key, 0), lw, name.split()[1]))
+            start = (np.arange(n) // local) * local
+            if np.all((a >= start - local) & (a < start + 2 * local)):
+                received = weights + 2 * local * row_bytes / 1e6
+                note = "chain_take: the neighbours' blocks"
+            else:
+                note = "chain_take: fell back to all_gather"
         if name.startswith("raw neighbours"):
             if branch < len(caps):
                 c = caps[branch]

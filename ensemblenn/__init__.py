@@ -12,6 +12,7 @@ arrays, and `enn.chain_keys(key, n, mesh=mesh)` gives the keys laid out over the
 
 from . import distributed
 from ._batch_invariant import batch_invariant
+from ._chain_take import chain_take
 from ._closures import shard_map_captures
 from ._collectives import (
     chain_all_gather,
@@ -71,6 +72,7 @@ __all__ = [
     "chain_all_gather",
     "chain_index",
     "chain_keys",
+    "chain_take",
     "chain_mean",
     "chain_sum",
     "combine",

@@ -35,23 +35,21 @@ particles end outside `floor(N w)`/`ceil(N w)`). float64 log weights (with
 `jax_enable_x64`) keep systematic and residual within floor/ceil at 2^20.
 
 Communication per resampling (one SMC stage), per device, for `N` particles of `B` bytes
-each on `D` devices, the same for every scheme (they differ only in the `O(N)` arithmetic
-every device repeats on the gathered weights):
+each on `D` devices (`N / D` a device), the same for every scheme (they differ only in the
+`O(N)` arithmetic every device repeats on the gathered weights):
   - the log weights: `enn.chain_all_gather`, receives `4 N (D - 1) / D` bytes;
-  - the particles: `enn.chain_all_gather`, receives `B N (D - 1) / D` bytes (holds
-    `B N` for a moment), then indexes its `N / D` ancestors locally.
+  - the particles: `enn.chain_take(particle, ancestor, reach=N / D)`. Because the ancestor
+    vector is sorted, a device's ancestors usually lie in its own block or the two beside
+    it; then each device receives its neighbours' blocks, `2 B N / D` bytes (`B N / D` on
+    the first and last device), and when one ancestor anywhere lies further away (weight
+    concentrated far from a block), every device gathers every particle instead,
+    `B N (D - 1) / D` bytes. The particles taken are the same either way.
 
-So `(B + 4) N (D - 1) / D` bytes in all: 1.24 MB for 4096 particles of 100 float32 on 4
-devices, ~0.5 ms per resampling on 4 simulated CPU devices (`docs/benchmarks.md`, §13).
-
-Because the ancestor vector is sorted, a device needs only a contiguous range of global
-rows, mostly its own block plus a prefix of the next device's and a suffix of the
-previous one's: a neighbour exchange (`ppermute` of a fixed-size prefix and suffix, the
-all-gather as fallback) receives `2 c B + 4 N (D - 1) / D` bytes for a capacity of `c`
-rows. `python -m benchmarks smc` measures it in raw `shard_map` (same bits): on simulated
-CPU devices it is no faster (the all-gather is a memory copy, as are the selects the
-exchange needs), and ensemblenn has no public point-to-point collective to write it with;
-it would pay where links are slower than memory (several hosts).
+So `4 N (D - 1) / D` bytes for the weights plus at most `2 B N / D` for the particles when
+the weights are spread (on 8 devices a quarter of what the all-gather moves), and at most
+`(B + 4) N (D - 1) / D` in all: 1.24 MB for 4096 particles of 100 float32 on 4 devices.
+On simulated CPU devices both are memory copies (~0.5 ms per resampling at that size,
+`docs/benchmarks.md`, §13); the exchange pays where links are slower than memory.
 """
 
 from typing import Any, Literal
@@ -227,7 +225,8 @@ def resample(
 
     Call it in an `enn.ensemble_map` body written for one particle. Every device gathers
     all log weights, computes the same `ancestors(key, log_weights, scheme)` once (not once
-    per particle) and takes its particles' ancestors from the gathered particles.
+    per particle) and takes its particles' ancestors with `enn.chain_take`, from its
+    neighbours' blocks when they hold them all (see the module's note on communication).
     Bitwise the same on any device count, Auto or Explicit mesh.
 
     Args:
@@ -256,7 +255,8 @@ def resample(
     scheme = _check_scheme(scheme)
     every_lw = enn.chain_all_gather(jnp.asarray(log_weight))
     ancestor = _ancestors(key, every_lw, scheme)[enn.chain_index()]
-    # A gather of its own, not packed with the weights: packing copies every particle
-    # once more (4096 x 100 floats on 4 CPU devices: 0.66 ms joint, 0.48 ms apart).
-    every = enn.chain_all_gather(particle)
-    return jax.tree.map(lambda x: x[ancestor], every), ancestor
+    # Not packed with the weights: packing copies every particle once more (4096 x 100
+    # floats on 4 CPU devices: 0.66 ms joint, 0.48 ms apart). The ancestors are sorted, so
+    # a device's usually lie in its own block or its two neighbours'.
+    reach = enn.num_chains() // enn.num_devices()
+    return enn.chain_take(particle, ancestor, reach=reach), ancestor
